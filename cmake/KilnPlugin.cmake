@@ -1,0 +1,32 @@
+# kiln_add_plugin(<name> SOURCES <files...> [NO_TORCH] [OUTPUT_DIRECTORY <dir>])
+#
+# Builds a kiln plugin: a shared object named lib<name>.so that compiles
+# against the kiln SDK. A plugin links LibTorch (the same one as the host)
+# unless NO_TORCH is given, in which case it sees only the C ABI (kiln/abi.h).
+# Symbols are hidden by default; KILN_EXPORT_PLUGINS exports the one entry.
+function(kiln_add_plugin name)
+  cmake_parse_arguments(ARG "NO_TORCH" "OUTPUT_DIRECTORY" "SOURCES" ${ARGN})
+  if(NOT ARG_SOURCES)
+    message(FATAL_ERROR "kiln_add_plugin(${name}): SOURCES is required")
+  endif()
+  add_library(${name} MODULE ${ARG_SOURCES})
+  set_target_properties(${name} PROPERTIES
+    PREFIX "lib"
+    C_VISIBILITY_PRESET hidden
+    CXX_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON)
+  if(ARG_OUTPUT_DIRECTORY)
+    set_target_properties(${name} PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${ARG_OUTPUT_DIRECTORY})
+  endif()
+  if(ARG_NO_TORCH)
+    target_link_libraries(${name} PRIVATE Kiln::abi)
+  else()
+    if(NOT TARGET torch)
+      find_package(Torch REQUIRED)
+    endif()
+    target_link_libraries(${name} PRIVATE Kiln::sdk ${TORCH_LIBRARIES})
+    target_compile_features(${name} PRIVATE cxx_std_17)
+  endif()
+  # Fail at link time, not at load time, on an unresolved symbol.
+  target_link_options(${name} PRIVATE -Wl,--no-undefined)
+endfunction()

@@ -1,0 +1,185 @@
+// The `kiln` executable: parses the command line, then hands over to the
+// trainer. Exit codes: 0 success, 1 the run failed, 2 bad input (nothing
+// ran, nothing written), 130 interrupted.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "config/manifest.hpp"
+#include "plugin/loader.hpp"
+#include "train/trainer.hpp"
+#include "util/errors.hpp"
+
+namespace {
+
+// Turns SIGINT/SIGTERM into a flag the loop checks at step boundaries, so
+// cleanup runs on the main thread. A second signal exits at once. The signals
+// are blocked in every thread and taken here with sigtimedwait, which avoids
+// async-signal-safety rules and global state.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread exists
+    thread_ = std::thread([this] { watch(); });
+  }
+  ~SignalWatcher() {
+    done_ = true;
+    thread_.join();
+  }
+  const std::atomic<int>* signal() const { return &signal_; }
+
+ private:
+  void watch() {
+    const timespec tick{0, 100'000'000};
+    while (!done_) {
+      const int s = sigtimedwait(&set_, nullptr, &tick);
+      if (s <= 0) continue;
+      if (signal_.exchange(s) != 0) {
+        std::fputs("kiln: second signal, exiting without cleanup\n", stderr);
+        _exit(kiln::kExitInterrupted);
+      }
+      std::fprintf(stderr, "\nkiln: %s received; stopping after the current step (send again to exit now)\n",
+                   s == SIGTERM ? "SIGTERM" : "SIGINT");
+    }
+  }
+  sigset_t set_;
+  std::atomic<int> signal_{0};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+void configure_logging(const std::string& level) {
+  auto logger = spdlog::stderr_color_mt("kiln");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  spdlog::set_level(spdlog::level::from_str(level));
+}
+
+void print_report(const kiln::PluginReport& r, const std::string& slot) {
+  std::cout << (slot.empty() ? "" : "[" + slot + "] ") << r.id << "\n"
+            << "  name:          " << r.name << (r.version.empty() ? "" : " " + r.version) << "\n";
+  if (!r.description.empty()) std::cout << "  description:   " << r.description << "\n";
+  std::cout << "  kind:          " << r.kind << "\n"
+            << "  ABI:           " << r.abi_major << "." << r.abi_minor << "\n"
+            << "  LibTorch:      " << r.torch_version << "\n";
+  if (r.flags & KILN_DATA_CONCURRENT_GET_BATCH) std::cout << "  flags:         concurrent get_batch\n";
+  std::cout << "  hooks:        ";
+  for (const auto& h : r.hooks) std::cout << " " << h;
+  std::cout << "\n";
+}
+
+int inspect(const std::string& target, const std::vector<std::string>& overrides) {
+  kiln::Loader loader;
+  const std::filesystem::path path(target);
+  if (path.extension() == ".toml") {
+    const kiln::Manifest m = kiln::load_manifest(path, overrides, kiln::PluginSearchPath::from_environment());
+    std::cout << "manifest " << m.file.string() << "\n  run dir: " << m.run.dir.string() << "\n";
+    const auto plugins = kiln::load_plugins(m, kiln::Command::fit, loader);
+    auto show = [&](const kiln::LoadedPlugin& p) {
+      const kiln_entry entry{sizeof(kiln_entry), KILN_ABI_VERSION_MAJOR, KILN_ABI_VERSION_MINOR, 0, nullptr};
+      auto report = kiln::describe_plugin(*p.descriptor, entry);
+      std::cout << "\n";
+      print_report(report, p.slot);
+      std::cout << "  file:          " << p.path.string() << "\n";
+    };
+    show(plugins.model);
+    show(plugins.data);
+    for (const auto& c : plugins.callbacks) show(c);
+    return kiln::kExitOk;
+  }
+  std::cout << "plugin library " << std::filesystem::absolute(path).string() << "\n";
+  for (const auto& report : loader.inspect(path)) {
+    std::cout << "\n";
+    print_report(report, "");
+  }
+  return kiln::kExitOk;
+}
+
+int run_command(kiln::Command command, const std::string& manifest_file, const std::vector<std::string>& overrides,
+                const std::atomic<int>* signal) {
+  const kiln::Manifest manifest =
+      kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
+  spdlog::set_level(spdlog::level::from_str(manifest.run.log_level));
+  kiln::Loader loader;
+  kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
+  const kiln::RunOutcome outcome = kiln::run(manifest, command, std::move(plugins), signal);
+  if (!outcome.failure) return kiln::kExitOk;
+  std::cerr << "kiln: error: " << outcome.failure->report << std::endl;
+  return outcome.failure->reason == KILN_FAILURE_INTERRUPTED ? kiln::kExitInterrupted : kiln::kExitFailure;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  SignalWatcher signals;
+  CLI::App app{"kiln — a training runtime for LibTorch plugins", "kiln"};
+  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION + " (ABI " +
+                                        std::to_string(KILN_ABI_VERSION_MAJOR) + "." +
+                                        std::to_string(KILN_ABI_VERSION_MINOR) + ", LibTorch " +
+                                        kiln::host_torch_version() + ")");
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug, info, warn or error")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+
+  std::string manifest;
+  std::vector<std::string> overrides;
+  struct Spec {
+    const char* name;
+    const char* help;
+    kiln::Command command;
+  };
+  const Spec specs[] = {
+      {"fit", "train (and validate) the model of a manifest", kiln::Command::fit},
+      {"validate", "run the validation split once", kiln::Command::validate},
+      {"test", "run the test split once", kiln::Command::test},
+      {"predict", "write predictions of the predict split to <run dir>/predictions.pt", kiln::Command::predict},
+  };
+  std::vector<std::pair<CLI::App*, kiln::Command>> commands;
+  for (const Spec& s : specs) {
+    CLI::App* sub = app.add_subcommand(s.name, s.help);
+    sub->add_option("manifest", manifest, "the run's TOML manifest")->required();
+    sub->add_option("--set", overrides, "override a manifest key, e.g. --set trainer.max_epochs=3")
+        ->take_all()
+        ->allow_extra_args(false);
+    commands.emplace_back(sub, s.command);
+  }
+  std::string target;
+  CLI::App* inspect_cmd = app.add_subcommand("inspect", "describe a manifest's plugins or a plugin .so");
+  inspect_cmd->add_option("target", target, "a manifest (.toml) or a plugin shared object")->required();
+  inspect_cmd->add_option("--set", overrides, "override a manifest key")->allow_extra_args(false);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kiln::kExitBadInput;
+  }
+  configure_logging(log_level);
+
+  try {
+    if (inspect_cmd->parsed()) return inspect(target, overrides);
+    for (const auto& [sub, command] : commands)
+      if (sub->parsed()) return run_command(command, manifest, overrides, signals.signal());
+  } catch (const kiln::InputError& e) {
+    std::cerr << "kiln: error: " << e.what() << std::endl;
+    return kiln::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: error: " << e.what() << std::endl;
+    return kiln::kExitFailure;
+  }
+  return kiln::kExitBadInput;
+}

@@ -1,0 +1,1085 @@
+// The run manifest: reading, --set overrides, validation and plugin lookup.
+//
+// Every problem becomes one kiln::InputError line that starts with where it is:
+// "<file>:<line>:<col>" for something written in the manifest, "--set <arg>"
+// for something an override wrote (its nodes have no position in the file),
+// or just "<file>" when there is nothing more precise. Keys are checked in the
+// order they appear in the file, so the error a user sees is the first one.
+#include "config/manifest.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <system_error>
+#include <tuple>
+#include <utility>
+
+#include <toml++/toml.h>
+
+#include "kiln/detail/suggest.hpp"
+#include "util/errors.hpp"
+
+namespace kiln {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------------------
+// Small text helpers
+
+// Messages are exactly one line, whatever a user put in a key or a value.
+std::string one_line(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void fail(const std::string& message) { throw InputError(one_line(message)); }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+std::string trim(const std::string& s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  const auto last = s.find_last_not_of(" \t");
+  return s.substr(first, last - first + 1);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The shortest text that reads back as the same double (0.1, not 0.1000000000000000055).
+std::string format_double(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buffer[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, d);
+    if (std::strtod(buffer, nullptr) == d) break;
+  }
+  std::string out = buffer;
+  if (out.find_first_of(".en") == std::string::npos) out += ".0";  // keep it visibly a float
+  return out;
+}
+
+// 'a', 'b' or 'c'
+std::string quoted_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += (i + 1 == items.size()) ? " or " : ", ";
+    out += "'" + items[i] + "'";
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
+const char* type_phrase(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::none: break;
+  }
+  return "nothing";
+}
+
+// A value as the user would recognise it in a message.
+std::string value_text(const toml::node& node) {
+  if (const auto* s = node.as_string()) return "'" + s->get() + "'";
+  if (const auto* i = node.as_integer()) return std::to_string(i->get());
+  if (const auto* f = node.as_floating_point()) return format_double(f->get());
+  if (const auto* b = node.as_boolean()) return b->get() ? "true" : "false";
+  return type_phrase(node);
+}
+
+// A suggestion for a misspelt choice: a case-insensitive match first, then the
+// nearest by edit distance.
+std::string suggest(const std::string& given, const std::vector<std::string>& candidates) {
+  const std::string folded = lower(given);
+  for (const auto& candidate : candidates) {
+    if (folded == candidate) return " (did you mean '" + candidate + "'?)";
+  }
+  return detail::did_you_mean(given, candidates);
+}
+
+// ---------------------------------------------------------------------------
+// Key paths: {"trainer", "max_epochs"}, {"callbacks", "[0]", "patience"}
+
+using KeyPath = std::vector<std::string>;
+
+std::string display(const KeyPath& path) {
+  std::string out;
+  for (const auto& part : path) {
+    if (!out.empty() && !starts_with(part, "[")) out += '.';
+    out += part;
+  }
+  return out;
+}
+
+std::string index_part(std::size_t index) { return "[" + std::to_string(index) + "]"; }
+
+// Map key for a path (a separator no TOML key written on a command line contains).
+std::string path_id(const KeyPath& path) { return join(path, std::string(1, '\x1f')); }
+
+KeyPath child(KeyPath path, std::string part) {
+  path.push_back(std::move(part));
+  return path;
+}
+
+// ---------------------------------------------------------------------------
+// Where things are
+
+struct Context {
+  std::string file;  // the manifest as the user named it, for messages
+  fs::path dir;      // the manifest's directory (absolute)
+  std::map<std::string, std::string> set_by;  // path_id -> the --set argument that wrote it
+
+  // "--set <arg>" when an override wrote this node or one of its parents,
+  // else "<file>:<line>:<col>" from the source region, else "<file>".
+  std::string where(const KeyPath& path, const toml::source_region& source) const {
+    KeyPath p = path;
+    while (!p.empty()) {
+      const auto it = set_by.find(path_id(p));
+      if (it != set_by.end()) return "--set " + it->second;
+      p.pop_back();
+    }
+    if (source.begin.line > 0) {
+      return file + ":" + std::to_string(source.begin.line) + ":" + std::to_string(source.begin.column);
+    }
+    return file;
+  }
+
+  [[noreturn]] void fail_at(const KeyPath& path, const toml::source_region& source,
+                            const std::string& what) const {
+    fail(where(path, source) + ": " + what);
+  }
+
+  fs::path resolve(const std::string& text) const {
+    const fs::path p(text);
+    if (p.is_absolute()) return p.lexically_normal();
+    return (dir / p).lexically_normal();
+  }
+};
+
+// The position of a table: its header if it has one, else the key that made it.
+const toml::source_region& table_source(const toml::node& node, const toml::key& key) {
+  return node.source().begin.line > 0 ? node.source() : key.source();
+}
+
+// ---------------------------------------------------------------------------
+// Typed reads of one host-owned value
+
+struct Field {
+  const Context& ctx;
+  KeyPath path;
+  const toml::node& node;
+
+  std::string name() const { return display(path); }
+
+  [[noreturn]] void fail(const std::string& what) const { ctx.fail_at(path, node.source(), what); }
+
+  [[noreturn]] void wrong_type(const std::string& expected, toml::node_type expected_type) const {
+    std::string message = name() + " must be " + expected + ", not " + type_phrase(node);
+    if (const auto* f = node.as_floating_point(); f && expected_type == toml::node_type::integer) {
+      const double d = f->get();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 1e15) {
+        message += " (write " + std::to_string(static_cast<long long>(d)) + ", without a decimal point)";
+      }
+    } else if (const auto* s = node.as_string(); s && expected_type != toml::node_type::string) {
+      // "3" where 3 was meant: say so.
+      try {
+        const toml::table probe = toml::parse(std::string_view("v = " + s->get()));
+        const toml::node* v = probe.get("v");
+        const bool fits = v && probe.size() == 1 &&
+                          (v->type() == expected_type ||
+                           (expected_type == toml::node_type::floating_point && v->is_integer()));
+        if (fits) message += " (write " + s->get() + " without quotes)";
+      } catch (const toml::parse_error&) {
+      }
+    }
+    fail(message);
+  }
+
+  int64_t integer() const {
+    if (const auto* v = node.as_integer()) return v->get();
+    wrong_type("an integer", toml::node_type::integer);
+  }
+
+  int64_t integer_at_least(int64_t min) const {
+    const int64_t v = integer();
+    if (v < min) fail(name() + " must be >= " + std::to_string(min) + ", not " + std::to_string(v));
+    return v;
+  }
+
+  int64_t integer_between(int64_t min, int64_t max) const {
+    const int64_t v = integer();
+    if (v < min || v > max) {
+      fail(name() + " must be between " + std::to_string(min) + " and " + std::to_string(max) + ", not " +
+           std::to_string(v));
+    }
+    return v;
+  }
+
+  // An integer or a float, finite.
+  double number() const {
+    if (const auto* i = node.as_integer()) return static_cast<double>(i->get());
+    if (const auto* f = node.as_floating_point()) {
+      if (!std::isfinite(f->get())) fail(name() + " must be a finite number, not " + format_double(f->get()));
+      return f->get();
+    }
+    wrong_type("a number", toml::node_type::floating_point);
+  }
+
+  double number_above(double min) const {
+    const double v = number();
+    if (!(v > min)) fail(name() + " must be > " + format_double(min) + ", not " + value_text(node));
+    return v;
+  }
+
+  double number_at_least(double min) const {
+    const double v = number();
+    if (v < min) fail(name() + " must be >= " + format_double(min) + ", not " + value_text(node));
+    return v;
+  }
+
+  double number_between(double min, double max) const {
+    const double v = number();
+    if (v < min || v > max) {
+      fail(name() + " must be between " + format_double(min) + " and " + format_double(max) + ", not " +
+           value_text(node));
+    }
+    return v;
+  }
+
+  bool boolean() const {
+    if (const auto* v = node.as_boolean()) return v->get();
+    wrong_type("a boolean (true or false)", toml::node_type::boolean);
+  }
+
+  std::string string() const {
+    if (const auto* v = node.as_string()) return v->get();
+    wrong_type("a string", toml::node_type::string);
+  }
+
+  std::string nonempty_string() const {
+    std::string v = string();
+    if (v.empty()) fail(name() + " must not be empty");
+    return v;
+  }
+
+  std::string choice(const std::vector<std::string>& choices) const {
+    std::string v = string();
+    if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
+      fail(name() + " must be " + quoted_list(choices) + ", not '" + v + "'" + suggest(v, choices));
+    }
+    return v;
+  }
+
+  // A directory or file, relative to the manifest's directory.
+  fs::path path_value() const { return ctx.resolve(nonempty_string()); }
+};
+
+// ---------------------------------------------------------------------------
+// Host-owned tables: one reader per key
+
+struct KeySpec {
+  std::string name;
+  std::function<void(const Field&)> read;
+};
+
+struct Section {
+  std::string name;
+  std::vector<KeySpec> keys;
+  const toml::table* table = nullptr;  // as found, for cross-key checks
+  KeyPath path() const { return {name}; }
+
+  std::vector<std::string> key_names() const {
+    std::vector<std::string> out;
+    for (const auto& k : keys) out.push_back(k.name);
+    return out;
+  }
+  const KeySpec* find(const std::string& key) const {
+    for (const auto& k : keys) {
+      if (k.name == key) return &k;
+    }
+    return nullptr;
+  }
+};
+
+// Entries of a table in the order they were written; entries an override
+// created (no position) come last, by name.
+std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const toml::table& table) {
+  std::vector<std::pair<const toml::key*, const toml::node*>> entries;
+  for (const auto& [key, node] : table) entries.emplace_back(&key, &node);
+  auto rank = [](const std::pair<const toml::key*, const toml::node*>& e) {
+    const auto& s = e.first->source().begin.line > 0 ? e.first->source() : e.second->source();
+    const bool placed = s.begin.line > 0;
+    return std::make_tuple(!placed, placed ? s.begin.line : 0u, placed ? s.begin.column : 0u);
+  };
+  std::stable_sort(entries.begin(), entries.end(),
+                   [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
+  return entries;
+}
+
+const std::vector<std::string> kPluginTables = {"model", "data", "callbacks"};
+const std::vector<std::string> kAllTables = {"run",       "model",     "data",       "callbacks",  "trainer",
+                                             "optimizer", "scheduler", "checkpoint", "distributed"};
+
+struct Validator {
+  Context& ctx;
+  Manifest& m;
+  const PluginSearchPath& search;
+  std::vector<Section> sections;
+  bool run_dir_set = false;
+  bool checkpoint_dir_set = false;
+  bool have_model = false;
+  bool have_data = false;
+
+  Validator(Context& context, Manifest& manifest, const PluginSearchPath& search_path)
+      : ctx(context), m(manifest), search(search_path) {
+    build_sections();
+  }
+
+  Section* section(const std::string& name) {
+    for (auto& s : sections) {
+      if (s.name == name) return &s;
+    }
+    return nullptr;
+  }
+
+  void build_sections() {
+    // [run]
+    sections.push_back({"run",
+                        {
+                            {"name",
+                             [this](const Field& f) {
+                               std::string v = f.nonempty_string();
+                               if (v.find('/') != std::string::npos || v == "." || v == "..") {
+                                 f.fail(f.name() + " must be a plain name, not '" + v +
+                                        "' (it names the run's directory under runs/; use run.dir to choose "
+                                        "another directory)");
+                               }
+                               m.run.name = v;
+                             }},
+                            {"dir",
+                             [this](const Field& f) {
+                               m.run.dir = f.path_value();
+                               run_dir_set = true;
+                             }},
+                            {"seed", [this](const Field& f) { m.run.seed = static_cast<uint64_t>(f.integer_at_least(0)); }},
+                            {"deterministic", [this](const Field& f) { m.run.deterministic = f.boolean(); }},
+                            {"threads",
+                             [this](const Field& f) { m.run.threads = static_cast<int>(f.integer_between(0, 4096)); }},
+                            {"device",
+                             [this](const Field& f) {
+                               const std::string v = f.string();
+                               auto valid = [](const std::string& d) {
+                                 return d == "cpu" || d == "cuda" ||
+                                        (starts_with(d, "cuda:") && d.size() <= 9 && all_digits(d.substr(5)));
+                               };
+                               if (!valid(v)) {
+                                 std::string hint;
+                                 std::string folded = lower(v);
+                                 if (starts_with(folded, "gpu")) folded = "cuda" + folded.substr(3);
+                                 if (valid(folded)) {
+                                   hint = " (did you mean '" + folded + "'?)";
+                                 } else {
+                                   hint = detail::did_you_mean(v, {"cpu", "cuda"});
+                                 }
+                                 f.fail(f.name() + " must be 'cpu', 'cuda' or 'cuda:N' (N = device index), not '" +
+                                        v + "'" + hint);
+                               }
+                               m.run.device = v;
+                             }},
+                            {"log_level",
+                             [this](const Field& f) { m.run.log_level = f.choice({"debug", "info", "warn", "error"}); }},
+                        }});
+
+    // [trainer]
+    auto limit = [this](BatchLimit TrainerConfig::*member) {
+      return [this, member](const Field& f) { m.trainer.*member = batch_limit(f); };
+    };
+    sections.push_back(
+        {"trainer",
+         {
+             {"max_epochs", [this](const Field& f) { m.trainer.max_epochs = f.integer_at_least(-1); }},
+             {"max_steps", [this](const Field& f) { m.trainer.max_steps = f.integer_at_least(-1); }},
+             {"batch_size", [this](const Field& f) { m.trainer.batch_size = f.integer_at_least(1); }},
+             {"eval_batch_size", [this](const Field& f) { m.trainer.eval_batch_size = f.integer_at_least(0); }},
+             {"accumulate_grad_batches",
+              [this](const Field& f) { m.trainer.accumulate_grad_batches = f.integer_at_least(1); }},
+             {"gradient_clip_val", [this](const Field& f) { m.trainer.gradient_clip_val = f.number_at_least(0.0); }},
+             {"gradient_clip_algorithm",
+              [this](const Field& f) { m.trainer.gradient_clip_algorithm = f.choice({"norm", "value"}); }},
+             {"check_val_every_n_epoch",
+              [this](const Field& f) { m.trainer.check_val_every_n_epoch = f.integer_at_least(0); }},
+             {"limit_train_batches", limit(&TrainerConfig::limit_train_batches)},
+             {"limit_val_batches", limit(&TrainerConfig::limit_val_batches)},
+             {"limit_test_batches", limit(&TrainerConfig::limit_test_batches)},
+             {"limit_predict_batches", limit(&TrainerConfig::limit_predict_batches)},
+             {"fast_dev_run",
+              [this](const Field& f) {
+                if (const auto* b = f.node.as_boolean()) {
+                  m.trainer.fast_dev_run = b->get() ? 1 : 0;
+                } else if (f.node.is_integer()) {
+                  m.trainer.fast_dev_run = f.integer_at_least(0);
+                } else {
+                  f.wrong_type("a boolean or an integer number of batches", toml::node_type::integer);
+                }
+              }},
+             {"shuffle", [this](const Field& f) { m.trainer.shuffle = f.boolean(); }},
+             {"drop_last", [this](const Field& f) { m.trainer.drop_last = f.boolean(); }},
+             {"prefetch_threads",
+              [this](const Field& f) { m.trainer.prefetch_threads = static_cast<int>(f.integer_between(1, 1024)); }},
+             {"prefetch_depth",
+              [this](const Field& f) { m.trainer.prefetch_depth = static_cast<int>(f.integer_between(1, 65536)); }},
+             {"log_every_n_steps", [this](const Field& f) { m.trainer.log_every_n_steps = f.integer_at_least(1); }},
+             {"progress", [this](const Field& f) { m.trainer.progress = f.choice({"auto", "bar", "lines", "none"}); }},
+             {"test_after_fit", [this](const Field& f) { m.trainer.test_after_fit = f.boolean(); }},
+         }});
+
+    // [optimizer]
+    sections.push_back(
+        {"optimizer",
+         {
+             {"name", [this](const Field& f) { m.optimizer.name = f.choice({"sgd", "adam", "adamw"}); }},
+             {"lr", [this](const Field& f) { m.optimizer.lr = f.number_above(0.0); }},
+             {"weight_decay", [this](const Field& f) { m.optimizer.weight_decay = f.number_at_least(0.0); }},
+             {"momentum", [this](const Field& f) { m.optimizer.momentum = f.number_at_least(0.0); }},
+             {"nesterov", [this](const Field& f) { m.optimizer.nesterov = f.boolean(); }},
+             {"betas",
+              [this](const Field& f) {
+                const auto* array = f.node.as_array();
+                if (!array) f.wrong_type("an array of two numbers, e.g. [0.9, 0.999]", toml::node_type::array);
+                if (array->size() != 2) {
+                  f.fail(f.name() + " must have two elements [beta1, beta2], e.g. [0.9, 0.999], not " +
+                         std::to_string(array->size()));
+                }
+                double betas[2];
+                for (std::size_t i = 0; i < 2; ++i) {
+                  const Field element{ctx, child(f.path, index_part(i)), *array->get(i)};
+                  betas[i] = element.number();
+                  if (betas[i] < 0.0 || betas[i] >= 1.0) {
+                    element.fail(element.name() + " must be in [0, 1), not " + value_text(element.node));
+                  }
+                }
+                m.optimizer.beta1 = betas[0];
+                m.optimizer.beta2 = betas[1];
+              }},
+             {"eps", [this](const Field& f) { m.optimizer.eps = f.number_above(0.0); }},
+         }});
+
+    // [scheduler]
+    sections.push_back(
+        {"scheduler",
+         {
+             {"name",
+              [this](const Field& f) { m.scheduler.name = f.choice({"none", "step", "cosine", "linear_warmup"}); }},
+             {"interval", [this](const Field& f) { m.scheduler.interval = f.choice({"epoch", "step"}); }},
+             {"step_size", [this](const Field& f) { m.scheduler.step_size = f.integer_at_least(1); }},
+             {"gamma", [this](const Field& f) { m.scheduler.gamma = f.number_above(0.0); }},
+             {"t_max", [this](const Field& f) { m.scheduler.t_max = f.integer_at_least(0); }},
+             {"eta_min", [this](const Field& f) { m.scheduler.eta_min = f.number_at_least(0.0); }},
+             {"warmup_steps", [this](const Field& f) { m.scheduler.warmup_steps = f.integer_at_least(0); }},
+             {"warmup_start_factor",
+              [this](const Field& f) { m.scheduler.warmup_start_factor = f.number_between(0.0, 1.0); }},
+         }});
+
+    // [checkpoint]
+    sections.push_back(
+        {"checkpoint",
+         {
+             {"dir",
+              [this](const Field& f) {
+                m.checkpoint.dir = f.path_value();
+                checkpoint_dir_set = true;
+              }},
+             {"every_n_epochs", [this](const Field& f) { m.checkpoint.every_n_epochs = f.integer_at_least(0); }},
+             {"every_n_steps", [this](const Field& f) { m.checkpoint.every_n_steps = f.integer_at_least(0); }},
+             {"monitor", [this](const Field& f) { m.checkpoint.monitor = f.string(); }},
+             {"mode", [this](const Field& f) { m.checkpoint.mode = f.choice({"min", "max"}); }},
+             {"save_top_k", [this](const Field& f) { m.checkpoint.save_top_k = f.integer_at_least(-1); }},
+             {"save_last", [this](const Field& f) { m.checkpoint.save_last = f.boolean(); }},
+             {"enabled", [this](const Field& f) { m.checkpoint.enabled = f.boolean(); }},
+         }});
+
+    // [distributed]
+    sections.push_back(
+        {"distributed",
+         {
+             {"processes", [this](const Field& f) { m.distributed.processes = f.integer_at_least(1); }},
+             {"backend", [this](const Field& f) { m.distributed.backend = f.choice({"auto", "gloo", "nccl"}); }},
+             {"timeout_s", [this](const Field& f) { m.distributed.timeout_s = f.number_above(0.0); }},
+             {"master_addr", [this](const Field& f) { m.distributed.master_addr = f.nonempty_string(); }},
+             {"master_port", [this](const Field& f) { m.distributed.master_port = f.integer_between(0, 65535); }},
+         }});
+  }
+
+  BatchLimit batch_limit(const Field& f) {
+    BatchLimit limit;
+    if (const auto* i = f.node.as_integer()) {
+      if (i->get() < 0) {
+        f.fail(f.name() + " must be a number of batches (an integer >= 0) or a fraction (a float in [0.0, 1.0]), not " +
+               std::to_string(i->get()));
+      }
+      limit.is_fraction = false;
+      limit.count = i->get();
+      return limit;
+    }
+    if (const auto* d = f.node.as_floating_point()) {
+      const double v = d->get();
+      if (!(v >= 0.0 && v <= 1.0)) {
+        std::string message = f.name() + " must be a fraction in [0.0, 1.0] (a float) or a number of batches (an integer), not " +
+                              format_double(v);
+        if (std::isfinite(v) && v > 1.0 && v == std::floor(v) && v < 1e15) {
+          message += " (write " + std::to_string(static_cast<long long>(v)) + " for a number of batches)";
+        }
+        f.fail(message);
+      }
+      limit.is_fraction = true;
+      limit.fraction = v;
+      return limit;
+    }
+    f.wrong_type("an integer (a number of batches) or a float in [0.0, 1.0] (a fraction)", toml::node_type::integer);
+  }
+
+  // Which other host table knows `key` (for "it belongs in [optimizer]").
+  std::string owner_of(const std::string& key, const std::string& except) const {
+    for (const auto& s : sections) {
+      if (s.name != except && s.find(key)) return s.name;
+    }
+    return "";
+  }
+
+  void check_host_table(Section& s, const toml::key& key, const toml::node& node) {
+    const KeyPath path = s.path();
+    const auto* table = node.as_table();
+    if (!table) {
+      std::string message = "[" + s.name + "] must be a table, not " + std::string(type_phrase(node));
+      if (node.is_array()) message += " (write [" + s.name + "], not [[" + s.name + "]])";
+      ctx.fail_at(path, table_source(node, key), message);
+    }
+    s.table = table;
+    const std::vector<std::string> known = s.key_names();
+    for (const auto& [k, v] : in_file_order(*table)) {
+      const std::string name(k->str());
+      const KeySpec* spec = s.find(name);
+      const KeyPath key_path = child(path, name);
+      if (!spec) {
+        std::string hint = suggest(name, known);
+        if (hint.empty()) {
+          const std::string owner = owner_of(name, s.name);
+          hint = owner.empty() ? " (known keys: " + join(known, ", ") + ")" : " (it belongs in [" + owner + "])";
+        }
+        ctx.fail_at(key_path, k->source(), "unknown key '" + name + "' in [" + s.name + "]" + hint);
+      }
+      spec->read(Field{ctx, key_path, *v});
+    }
+  }
+
+  // The position of `key` in a host table, or of the table, for cross-key checks.
+  std::string where_key(const std::string& section_name, const std::string& key) {
+    const Section* s = section(section_name);
+    if (s && s->table) {
+      if (const toml::node* node = s->table->get(key)) return ctx.where({section_name, key}, node->source());
+      return ctx.where({section_name}, s->table->source());
+    }
+    return ctx.file;
+  }
+
+  // ---- plugin tables
+
+  fs::path find_plugin(const std::string& name, const KeyPath& path, const toml::node& value,
+                       const std::string& slot_text) {
+    std::error_code ec;
+    for (const auto& dir : search.dirs) {
+      for (const std::string& candidate : {"lib" + name + ".so", name + ".so"}) {
+        const fs::path p = dir / candidate;
+        if (fs::is_regular_file(p, ec)) return p;
+      }
+    }
+    std::vector<std::string> available;
+    std::vector<std::string> dirs;
+    for (const auto& dir : search.dirs) {
+      dirs.push_back(dir.string());
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::string file = it->path().filename().string();
+        if (!ends_with(file, ".so")) continue;
+        file.resize(file.size() - 3);
+        if (starts_with(file, "lib")) file.erase(0, 3);
+        if (!file.empty() && std::find(available.begin(), available.end(), file) == available.end()) {
+          available.push_back(file);
+        }
+      }
+      ec.clear();
+    }
+    std::sort(available.begin(), available.end());
+    std::string message = "plugin '" + name + "' for " + slot_text + " not found";
+    if (dirs.empty()) {
+      message += ": no plugin directories to search (set KILN_PLUGIN_PATH, or give the path to the .so file)";
+    } else {
+      message += " in " + join(dirs, ", ");
+      const std::string hint = detail::did_you_mean(name, available);
+      message += hint.empty() ? " (add its directory to KILN_PLUGIN_PATH, or give the path to the .so file)" : hint;
+    }
+    ctx.fail_at(path, value.source(), message);
+  }
+
+  PluginSpec check_plugin(const std::string& slot, const KeyPath& path, const toml::node& node,
+                          const toml::source_region& source) {
+    const std::string slot_text = path.size() == 1 ? "[" + slot + "]" : slot;
+    const auto* table = node.as_table();
+    if (!table) {
+      std::string message = slot_text + " must be a table, not " + std::string(type_phrase(node));
+      if (path.size() == 1 && node.is_array()) message += " (write [" + slot + "], not [[" + slot + "]])";
+      ctx.fail_at(path, source, message);
+    }
+    PluginSpec spec;
+    spec.slot = slot;
+    spec.where = ctx.where(path, source);
+
+    const toml::node* path_node = table->get("path");
+    if (!path_node) {
+      std::string hint;
+      for (const auto& [k, v] : *table) {
+        const std::string name(k.str());
+        if (name != "id" && detail::closest(name, {"path"}) == "path") {
+          hint = " (did you mean 'path' instead of '" + name + "'?)";
+          break;
+        }
+      }
+      ctx.fail_at(path, source,
+                  slot_text + " has no 'path': set path = \"<plugin name>\" (looked up on the plugin path) or the "
+                              "path to its .so file" + hint);
+    }
+    const Field path_field{ctx, child(path, "path"), *path_node};
+    spec.path_text = path_field.nonempty_string();
+    if (spec.path_text.find('/') != std::string::npos || ends_with(spec.path_text, ".so")) {
+      spec.path = ctx.resolve(spec.path_text);
+    } else {
+      spec.path = find_plugin(spec.path_text, path_field.path, *path_node, slot_text);
+    }
+    if (const toml::node* id_node = table->get("id")) {
+      spec.id = Field{ctx, child(path, "id"), *id_node}.string();
+    }
+
+    toml::table config = *table;
+    config.erase("path");
+    config.erase("id");
+    std::ostringstream out;
+    out << toml::toml_formatter{config};
+    spec.config_toml = out.str();
+    return spec;
+  }
+
+  void check_callbacks(const toml::key& key, const toml::node& node) {
+    const KeyPath path{"callbacks"};
+    const auto* array = node.as_array();
+    if (!array) {
+      std::string message = "callbacks must be an array of tables, not " + std::string(type_phrase(node));
+      if (node.is_table()) message += " (write [[callbacks]] for each callback, not [callbacks])";
+      ctx.fail_at(path, table_source(node, key), message);
+    }
+    m.callbacks.clear();
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = *array->get(i);
+      const KeyPath element_path = child(path, index_part(i));
+      const auto& source = element.source().begin.line > 0 ? element.source() : table_source(node, key);
+      if (!element.is_table()) {
+        ctx.fail_at(element_path, source,
+                    display(element_path) + " must be a table, not " + std::string(type_phrase(element)) +
+                        " (write each callback as a [[callbacks]] table)");
+      }
+      m.callbacks.push_back(check_plugin(display(element_path), element_path, element, source));
+    }
+  }
+
+  // ---- the whole manifest
+
+  void run(const toml::table& root) {
+    for (const auto& [k, v] : in_file_order(root)) {
+      const std::string name(k->str());
+      const KeyPath path{name};
+      if (name == "model") {
+        m.model = check_plugin("model", path, *v, table_source(*v, *k));
+        have_model = true;
+      } else if (name == "data") {
+        m.data = check_plugin("data", path, *v, table_source(*v, *k));
+        have_data = true;
+      } else if (name == "callbacks") {
+        check_callbacks(*k, *v);
+      } else if (Section* s = section(name)) {
+        if (name == "checkpoint") m.checkpoint.enabled = true;
+        check_host_table(*s, *k, *v);
+      } else {
+        const auto& source = table_source(*v, *k);
+        if (v->is_table() || v->is_array()) {
+          std::string hint = suggest(name, kAllTables);
+          if (hint.empty()) hint = " (known tables: " + join(kAllTables, ", ") + ")";
+          ctx.fail_at(path, source, "unknown table '" + name + "'" + hint);
+        }
+        std::string hint = suggest(name, kAllTables);
+        if (hint.empty()) {
+          const std::string owner = owner_of(name, "");
+          hint = owner.empty() ? " (keys belong in a table: " + join(kAllTables, ", ") + ")"
+                               : " (it belongs in [" + owner + "]: put it after the [" + owner + "] header)";
+        }
+        ctx.fail_at(path, source, "unknown top-level key '" + name + "'" + hint);
+      }
+    }
+
+    if (!have_model) {
+      fail(ctx.file + ": missing [model] table: add [model] with path = \"<plugin name or .so file>\"");
+    }
+    if (!have_data) {
+      fail(ctx.file + ": missing [data] table: add [data] with path = \"<plugin name or .so file>\"");
+    }
+
+    // Defaults that depend on other keys.
+    if (!run_dir_set) m.run.dir = (ctx.dir / "runs" / m.run.name).lexically_normal();
+    if (!checkpoint_dir_set) m.checkpoint.dir = m.run.dir / "checkpoints";
+
+    // Checks across keys.
+    if (m.trainer.max_epochs == -1 && m.trainer.max_steps == -1) {
+      const Section* t = section("trainer");
+      const bool has_epochs = t->table && t->table->contains("max_epochs");
+      fail(where_key("trainer", has_epochs ? "max_epochs" : "max_steps") +
+           ": trainer.max_epochs = -1 and trainer.max_steps = -1 would train forever: set max_epochs or "
+           "max_steps to a limit");
+    }
+    if (m.optimizer.name == "sgd" && m.optimizer.nesterov && m.optimizer.momentum <= 0.0) {
+      fail(where_key("optimizer", "nesterov") +
+           ": optimizer.nesterov = true needs optimizer.momentum > 0 (set momentum, e.g. 0.9, or nesterov = false)");
+    }
+    if (m.checkpoint.enabled && m.checkpoint.monitor.empty() && m.checkpoint.save_top_k > 1) {
+      fail(where_key("checkpoint", "save_top_k") + ": checkpoint.save_top_k = " +
+           std::to_string(m.checkpoint.save_top_k) +
+           " needs checkpoint.monitor to rank checkpoints by (set monitor = \"<metric>\", or save_top_k = 1)");
+    }
+    if (m.distributed.backend == "nccl" && m.run.device == "cpu") {
+      fail(where_key("distributed", "backend") +
+           ": distributed.backend = 'nccl' needs a CUDA device (set run.device = \"cuda\", or backend = \"gloo\")");
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// --set overrides
+
+struct Segment {
+  std::string name;
+  bool bracket = false;  // written as [N]
+  bool numeric = false;  // all digits: an index when it meets an array
+  std::size_t index = 0;
+};
+
+std::vector<Segment> parse_override_key(const std::string& arg, const std::string& key) {
+  auto bad = [&](const std::string& why) {
+    fail("--set " + arg + ": " + why + "; expected KEY=VALUE with a dotted key, e.g. --set trainer.max_epochs=3 "
+         "or --set callbacks[0].patience=5");
+  };
+  auto to_index = [&](const std::string& digits) {
+    if (!all_digits(digits) || digits.size() > 9) bad("'" + digits + "' is not an array index");
+    return static_cast<std::size_t>(std::stoul(digits));
+  };
+  std::vector<Segment> segments;
+  std::size_t i = 0;
+  bool expect_name = true;  // at the start or right after '.'
+  while (i < key.size()) {
+    if (key[i] == '[') {
+      const auto close = key.find(']', i);
+      if (close == std::string::npos) bad("'[' without ']' in '" + key + "'");
+      if (expect_name && !segments.empty()) bad("empty key part in '" + key + "'");
+      if (segments.empty()) bad("'" + key + "' starts with an index");
+      Segment s;
+      s.name = key.substr(i + 1, close - i - 1);
+      s.bracket = true;
+      s.numeric = true;
+      s.index = to_index(s.name);
+      segments.push_back(s);
+      i = close + 1;
+      expect_name = false;
+      if (i < key.size() && key[i] != '.' && key[i] != '[') bad("unexpected '" + key.substr(i, 1) + "' after ']'");
+      if (i < key.size() && key[i] == '.') {
+        ++i;
+        expect_name = true;
+        if (i == key.size()) bad("empty key part in '" + key + "'");
+      }
+      continue;
+    }
+    const auto stop = key.find_first_of(".[]", i);
+    const std::string name = trim(key.substr(i, stop == std::string::npos ? std::string::npos : stop - i));
+    if (name.empty()) bad("empty key part in '" + key + "'");
+    if (stop != std::string::npos && key[stop] == ']') bad("']' without '[' in '" + key + "'");
+    Segment s;
+    s.name = name;
+    s.numeric = all_digits(name) && name.size() <= 9;
+    if (s.numeric) s.index = static_cast<std::size_t>(std::stoul(name));
+    segments.push_back(s);
+    expect_name = false;
+    if (stop == std::string::npos) break;
+    i = stop;
+    if (key[i] == '.') {
+      ++i;
+      expect_name = true;
+      if (i == key.size()) bad("empty key part in '" + key + "'");
+    }
+  }
+  if (segments.empty()) bad("empty key");
+  return segments;
+}
+
+// Host keys whose value is a string: `--set run.name=2024` means the string
+// "2024", not the integer.
+bool is_string_key(const KeyPath& path) {
+  static const std::vector<std::pair<std::string, std::string>> keys = {
+      {"run", "name"},           {"run", "dir"},           {"run", "device"},
+      {"run", "log_level"},      {"trainer", "gradient_clip_algorithm"},
+      {"trainer", "progress"},   {"optimizer", "name"},    {"scheduler", "name"},
+      {"scheduler", "interval"}, {"checkpoint", "dir"},    {"checkpoint", "monitor"},
+      {"checkpoint", "mode"},    {"distributed", "backend"}, {"distributed", "master_addr"},
+      {"model", "path"},         {"model", "id"},          {"data", "path"},
+      {"data", "id"}};
+  if (path.size() == 2) {
+    return std::find(keys.begin(), keys.end(), std::make_pair(path[0], path[1])) != keys.end();
+  }
+  return path.size() == 3 && path[0] == "callbacks" && starts_with(path[1], "[") &&
+         (path[2] == "path" || path[2] == "id");
+}
+
+// The value of an override: TOML if it parses as one value, else the text.
+toml::table parse_override_value(const std::string& text) {
+  try {
+    toml::table parsed = toml::parse(std::string_view("v = " + text));
+    if (parsed.size() == 1 && parsed.contains("v")) return parsed;
+  } catch (const toml::parse_error&) {
+  }
+  toml::table raw;
+  raw.insert("v", text);
+  return raw;
+}
+
+void apply_override(toml::table& root, const std::string& arg, Context& ctx) {
+  const auto eq = arg.find('=');
+  if (eq == std::string::npos) {
+    fail("--set " + arg + ": expected KEY=VALUE, e.g. --set trainer.max_epochs=3");
+  }
+  const std::string key = trim(arg.substr(0, eq));
+  const std::string text = trim(arg.substr(eq + 1));
+  if (key.empty()) fail("--set " + arg + ": the key before '=' is empty; expected KEY=VALUE, e.g. --set trainer.max_epochs=3");
+  const std::vector<Segment> segments = parse_override_key(arg, key);
+
+  toml::table holder = parse_override_value(text);
+  toml::node* value = holder.get("v");
+
+  toml::node* current = &root;
+  KeyPath path;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const Segment& seg = segments[i];
+    const bool last = i + 1 == segments.size();
+    const bool next_is_index = !last && (segments[i + 1].bracket || segments[i + 1].numeric);
+
+    if (auto* table = current->as_table()) {
+      if (seg.bracket) {
+        fail("--set " + arg + ": " + display(path) + " is a table, not an array; use " + display(path) + "." +
+             seg.name + " for a key");
+      }
+      path.push_back(seg.name);
+      if (last) {
+        if (is_string_key(path) && !value->is_string() && !value->is_array() && !value->is_table()) {
+          table->insert_or_assign(seg.name, text);
+        } else {
+          table->insert_or_assign(seg.name, *value);
+        }
+        ctx.set_by[path_id(path)] = arg;
+        return;
+      }
+      toml::node* next = table->get(seg.name);
+      if (!next) {
+        if (next_is_index) {
+          table->insert(seg.name, toml::array{});
+        } else {
+          table->insert(seg.name, toml::table{});
+        }
+        next = table->get(seg.name);
+        ctx.set_by.emplace(path_id(path), arg);
+      }
+      current = next;
+    } else if (auto* array = current->as_array()) {
+      if (!seg.numeric) {
+        fail("--set " + arg + ": " + display(path) + " is an array; index it with a number, e.g. " + display(path) +
+             "[0]." + seg.name);
+      }
+      const std::size_t size = array->size();
+      if (seg.index > size) {
+        fail("--set " + arg + ": index " + std::to_string(seg.index) + " is out of range: " + display(path) +
+             " has " + std::to_string(size) + (size == 1 ? " entry" : " entries") + " (use 0.." +
+             std::to_string(size) + ", where " + std::to_string(size) + " adds one)");
+      }
+      path.push_back(index_part(seg.index));
+      if (last) {
+        if (seg.index == size) {
+          array->push_back(*value);
+        } else {
+          array->replace(array->cbegin() + static_cast<std::ptrdiff_t>(seg.index), *value);
+        }
+        ctx.set_by[path_id(path)] = arg;
+        return;
+      }
+      if (seg.index == size) {
+        if (next_is_index) {
+          array->push_back(toml::array{});
+        } else {
+          array->push_back(toml::table{});
+        }
+        ctx.set_by.emplace(path_id(path), arg);
+      }
+      current = array->get(seg.index);
+    } else {
+      fail("--set " + arg + ": cannot set '" + seg.name + "' inside " + display(path) + ", which is " +
+           type_phrase(*current) + ", not a table");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Reading the file
+
+std::string read_manifest(const fs::path& file, const std::string& shown) {
+  errno = 0;
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (!f) fail(shown + ": cannot read manifest: " + std::strerror(errno ? errno : ENOENT));
+  std::string text;
+  char buffer[65536];
+  std::size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(f) != 0;
+  const int error = errno;
+  std::fclose(f);
+  if (failed) fail(shown + ": cannot read manifest: " + std::strerror(error ? error : EIO));
+  return text;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+int64_t BatchLimit::apply(int64_t available) const {
+  if (available <= 0) return 0;
+  if (!is_fraction) return std::clamp<int64_t>(count, 0, available);
+  if (!(fraction > 0.0)) return 0;
+  if (fraction >= 1.0) return available;
+  const auto n = static_cast<int64_t>(std::floor(static_cast<double>(available) * fraction));
+  return std::clamp<int64_t>(n, 1, available);
+}
+
+PluginSearchPath PluginSearchPath::from_environment() {
+  PluginSearchPath search;
+  auto add = [&](fs::path dir) {
+    dir = dir.lexically_normal();
+    if (!dir.has_filename() && dir.has_relative_path()) dir = dir.parent_path();  // drop a trailing '/'
+    if (std::find(search.dirs.begin(), search.dirs.end(), dir) == search.dirs.end()) search.dirs.push_back(dir);
+  };
+  std::error_code ec;
+  if (const char* env = std::getenv("KILN_PLUGIN_PATH")) {
+    std::stringstream entries{std::string(env)};
+    std::string entry;
+    while (std::getline(entries, entry, ':')) {
+      if (entry.empty()) continue;
+      fs::path dir(entry);
+      if (dir.is_relative()) {
+        const fs::path absolute = fs::absolute(dir, ec);
+        if (!ec) dir = absolute;
+        ec.clear();
+      }
+      add(dir);
+    }
+  }
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path bundled = (exe.parent_path() / ".." / "lib" / "kiln" / "plugins").lexically_normal();
+    if (fs::is_directory(bundled, ec)) add(bundled);
+  }
+  return search;
+}
+
+Manifest load_manifest(const fs::path& file, const std::vector<std::string>& overrides,
+                       const PluginSearchPath& search) {
+  if (file.empty()) fail("no manifest given: pass the path to a run manifest, e.g. run.toml");
+
+  Context ctx;
+  ctx.file = file.string();
+  std::error_code ec;
+  fs::path absolute = fs::absolute(file, ec);
+  if (ec) absolute = file;
+  absolute = absolute.lexically_normal();
+  ctx.dir = absolute.parent_path();
+
+  const std::string text = read_manifest(file, ctx.file);
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(text), std::string_view(ctx.file));
+  } catch (const toml::parse_error& e) {
+    const auto& begin = e.source().begin;
+    std::string where = ctx.file;
+    if (begin.line > 0) where += ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column);
+    fail(where + ": " + std::string(e.description()));
+  }
+
+  for (const auto& arg : overrides) apply_override(root, arg, ctx);
+
+  Manifest manifest;
+  manifest.file = absolute;
+  Validator(ctx, manifest, search).run(root);
+
+  std::ostringstream out;
+  out << toml::toml_formatter{root};
+  manifest.text = out.str();
+  return manifest;
+}
+
+}  // namespace kiln

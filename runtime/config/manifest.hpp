@@ -1,0 +1,137 @@
+// The run manifest: the TOML file a user hands to `kiln fit`. Parsing checks
+// every host-owned key (unknown keys get file:line:col and a suggestion, wrong
+// types name the expected type) and resolves plugin paths relative to the
+// manifest. Plugin tables pass through as TOML text for the plugin to read.
+//
+// No LibTorch here: this header is included by the CLI and by tests.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// One plugin slot ([model], [data], or one [[callbacks]] entry).
+struct PluginSpec {
+  std::string slot;               // "model", "data", "callbacks[0]", ... (for messages)
+  std::string path_text;          // `path` as written in the manifest
+  std::filesystem::path path;     // resolved: relative to the manifest, or found on the plugin path
+  std::string id;                 // `id`, optional: which descriptor of the .so ("" = the only one)
+  std::string config_toml;        // the table minus host keys (`path`, `id`), as TOML text
+  std::string where;              // "file:line:col" of the table, for messages
+};
+
+// A count or a fraction, like Lightning's limit_*_batches: an integer is a
+// number of batches, a float in (0, 1] a fraction of the split.
+struct BatchLimit {
+  bool is_fraction = true;
+  double fraction = 1.0;
+  int64_t count = 0;
+  // Batches to run out of `available`.
+  int64_t apply(int64_t available) const;
+};
+
+struct RunConfig {
+  std::string name = "run";
+  std::filesystem::path dir;  // run directory, resolved relative to the manifest; default <manifest dir>/runs/<name>
+  uint64_t seed = 0;
+  bool deterministic = false;
+  int threads = 0;            // intra-op threads; 0 = all cores
+  std::string device = "cpu"; // "cpu", "cuda", "cuda:N"
+  std::string log_level = "info";
+};
+
+struct TrainerConfig {
+  int64_t max_epochs = 10;          // -1 = unbounded (then max_steps must be set)
+  int64_t max_steps = -1;           // -1 = unbounded
+  int64_t batch_size = 32;
+  int64_t eval_batch_size = 0;      // 0 = batch_size
+  int64_t accumulate_grad_batches = 1;
+  double gradient_clip_val = 0.0;   // 0 = off
+  std::string gradient_clip_algorithm = "norm";  // "norm" | "value"
+  int64_t check_val_every_n_epoch = 1;           // 0 = never
+  BatchLimit limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches;
+  int64_t fast_dev_run = 0;         // N > 0: N batches of train/val/test, 1 epoch, no checkpoints
+  bool shuffle = true;
+  bool drop_last = false;
+  int prefetch_threads = 1;         // threads calling get_batch
+  int prefetch_depth = 4;           // batches in flight
+  int64_t log_every_n_steps = 50;
+  std::string progress = "auto";    // "auto" | "bar" | "lines" | "none"
+  bool test_after_fit = false;      // run the test split at the end of `kiln fit`
+};
+
+struct OptimizerConfig {
+  std::string name = "adam";        // "sgd" | "adam" | "adamw"
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  double momentum = 0.0;            // sgd
+  bool nesterov = false;            // sgd
+  double beta1 = 0.9, beta2 = 0.999;// adam, adamw (`betas = [b1, b2]` in TOML)
+  double eps = 1e-8;
+};
+
+struct SchedulerConfig {
+  std::string name = "none";        // "none" | "step" | "cosine" | "linear_warmup"
+  std::string interval = "epoch";   // "epoch" | "step": when the scheduler advances
+  int64_t step_size = 10;           // step: periods between decays
+  double gamma = 0.1;               // step: decay factor
+  int64_t t_max = 0;                // cosine: periods to reach eta_min; 0 = whole run
+  double eta_min = 0.0;             // cosine
+  int64_t warmup_steps = 0;         // linear_warmup: periods of linear ramp from warmup_start_factor
+  double warmup_start_factor = 0.0; // linear_warmup
+};
+
+// Validated only, for now (the checkpoint issue gives it behaviour).
+struct CheckpointConfig {
+  std::filesystem::path dir;        // default <run dir>/checkpoints
+  int64_t every_n_epochs = 1;
+  int64_t every_n_steps = 0;
+  std::string monitor;              // "" = none
+  std::string mode = "min";         // "min" | "max"
+  int64_t save_top_k = 1;
+  bool save_last = true;
+  bool enabled = false;
+};
+
+// Validated only, for now (the distributed issue gives it behaviour).
+struct DistributedConfig {
+  int64_t processes = 1;
+  std::string backend = "auto";     // "auto" | "gloo" | "nccl"
+  double timeout_s = 60.0;          // every collective
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 0;          // 0 = pick a free one
+};
+
+struct Manifest {
+  std::filesystem::path file;       // the manifest itself (absolute)
+  std::string text;                 // the manifest as read, with overrides applied (for checkpoints)
+  RunConfig run;
+  PluginSpec model;
+  PluginSpec data;
+  std::vector<PluginSpec> callbacks;
+  TrainerConfig trainer;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  CheckpointConfig checkpoint;
+  DistributedConfig distributed;
+};
+
+// Where bare plugin names (`path = "kiln_mlp"`) are looked up, in order.
+struct PluginSearchPath {
+  std::vector<std::filesystem::path> dirs;
+  // KILN_PLUGIN_PATH (colon-separated), then <dir of the kiln executable>/../lib/kiln/plugins.
+  static PluginSearchPath from_environment();
+};
+
+// Reads and validates a manifest. `overrides` are "dotted.key=value" strings
+// from --set; the value is parsed as a TOML value, or taken as a string if it
+// does not parse (so `--set run.name=exp1` works). Throws InputError with one
+// line naming the file (and line:col where there is one) on any problem.
+Manifest load_manifest(const std::filesystem::path& file, const std::vector<std::string>& overrides,
+                       const PluginSearchPath& search);
+
+}  // namespace kiln

@@ -1,0 +1,48 @@
+#include "metrics/csv_log.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+namespace kiln {
+
+CsvLog::CsvLog(std::filesystem::path file) : file_(std::move(file)) {}
+
+void CsvLog::append(const std::map<std::string, double>& row) {
+  for (const auto& [name, _] : row)
+    if (std::find(columns_.begin(), columns_.end(), name) == columns_.end()) columns_.push_back(name);
+  // epoch and step lead; metrics follow in order of first appearance.
+  std::stable_sort(columns_.begin(), columns_.end(), [](const std::string& a, const std::string& b) {
+    auto rank = [](const std::string& c) { return c == "epoch" ? 0 : c == "step" ? 1 : 2; };
+    return rank(a) < rank(b);
+  });
+  rows_.push_back(row);
+  write();
+}
+
+void CsvLog::write() const {
+  const std::filesystem::path temporary = file_.string() + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write " + temporary.string());
+    for (size_t i = 0; i < columns_.size(); ++i) out << (i ? "," : "") << columns_[i];
+    out << "\n";
+    char buffer[64];
+    for (const auto& row : rows_) {
+      for (size_t i = 0; i < columns_.size(); ++i) {
+        if (i) out << ",";
+        auto it = row.find(columns_[i]);
+        if (it == row.end()) continue;
+        const bool integral = columns_[i] == "epoch" || columns_[i] == "step";
+        std::snprintf(buffer, sizeof buffer, integral ? "%.0f" : "%.9g", it->second);
+        out << buffer;
+      }
+      out << "\n";
+    }
+    if (!out.flush()) throw std::runtime_error("cannot write " + temporary.string());
+  }
+  std::filesystem::rename(temporary, file_);
+}
+
+}  // namespace kiln

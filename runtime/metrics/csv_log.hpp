@@ -1,0 +1,28 @@
+// metrics.csv in the run directory: one row per epoch (and one for a test or
+// validate run), one column per metric. The file is rewritten whole, through a
+// temporary and a rename, whenever a row is added, so a crash never leaves a
+// torn file and a metric that first appears late still gets its column.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+class CsvLog {
+ public:
+  explicit CsvLog(std::filesystem::path file);
+  void append(const std::map<std::string, double>& row);
+  const std::filesystem::path& file() const { return file_; }
+
+ private:
+  void write() const;
+  std::filesystem::path file_;
+  std::vector<std::string> columns_;
+  std::vector<std::map<std::string, double>> rows_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,36 @@
+// Metrics recorded by plugins (and the host) during an epoch, reduced by the
+// host at fixed points. Plugins only record; only the host reduces, so no
+// plugin can start a collective that other ranks do not join.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace kiln {
+
+class MetricStore {
+ public:
+  // Records one value (main thread). A metric's reduction is fixed by its
+  // first record in an epoch; a different one later is an error.
+  void record(const std::string& name, double value, double weight, uint32_t flags);
+
+  // Reduces everything recorded since the last call; the results become the
+  // latest values. Returns the reduced metrics.
+  std::map<std::string, double> reduce();
+
+  std::optional<double> latest(const std::string& name) const;
+  const std::map<std::string, double>& latest() const { return latest_; }
+
+ private:
+  struct Accumulator {
+    uint32_t reduce = 0;
+    double sum = 0, weight = 0, extreme = 0;
+    int64_t count = 0;
+  };
+  std::map<std::string, Accumulator> pending_;
+  std::map<std::string, double> latest_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,210 @@
+#include "plugin/host_services.hpp"
+
+#include <cstring>
+#include <exception>
+
+#include <ATen/DLConvertor.h>
+#include <spdlog/spdlog.h>
+
+#include "kiln/tensor.hpp"
+#include "plugin/host_objects.hpp"
+
+struct kiln_error {
+  std::string message;
+};
+
+namespace kiln {
+
+kiln_error* make_error(const std::string& message) { return new kiln_error{message}; }
+
+std::string take_error(kiln_error* error) {
+  if (error == nullptr) return {};
+  std::string message = std::move(error->message);
+  delete error;
+  return message;
+}
+
+void BatchDeleter::operator()(kiln_batch* batch) const { delete batch; }
+
+namespace {
+
+// Every service is noexcept: an exception must never unwind into a plugin's C frames.
+const PluginHost& self(const kiln_host* host) { return *static_cast<const PluginHost*>(host->host_data); }
+
+kiln_error* error_new(const kiln_host*, const char* message) noexcept {
+  try {
+    return make_error(message ? message : "(no message)");
+  } catch (...) {
+    return nullptr;  // out of memory: the host reports a generic failure
+  }
+}
+
+void log(const kiln_host* host, kiln_log_level level, const char* message) noexcept {
+  try {
+    const auto& id = self(host).plugin_id();
+    const char* text = message ? message : "";
+    switch (level) {
+      case KILN_LOG_DEBUG: spdlog::debug("[{}] {}", id, text); break;
+      case KILN_LOG_WARN: spdlog::warn("[{}] {}", id, text); break;
+      case KILN_LOG_ERROR: spdlog::error("[{}] {}", id, text); break;
+      default: spdlog::info("[{}] {}", id, text); break;
+    }
+  } catch (...) {
+  }
+}
+
+void log_metric(const kiln_host* host, const char* name, double value, double weight, uint32_t flags) noexcept {
+  try {
+    if (name == nullptr) return;
+    self(host).run()->record_metric(self(host).plugin_id(), name, value, weight, flags);
+  } catch (const std::exception& e) {
+    spdlog::error("[{}] log_metric('{}') failed: {}", self(host).plugin_id(), name, e.what());
+  } catch (...) {
+  }
+}
+
+int metric_get(const kiln_host* host, const char* name, double* out) noexcept {
+  try {
+    return name && out && self(host).run()->metric(name, out) ? 1 : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+int32_t rank(const kiln_host* host) noexcept { return self(host).run()->rank(); }
+int32_t world_size(const kiln_host* host) noexcept { return self(host).run()->world_size(); }
+
+void request_stop(const kiln_host* host, const char* reason) noexcept {
+  try {
+    self(host).run()->request_stop(self(host).plugin_id(), reason ? reason : "");
+  } catch (...) {
+  }
+}
+
+kiln_tensor* tensor_from_dlpack(const kiln_host*, DLManagedTensor* managed, kiln_error** error) noexcept {
+  try {
+    if (managed == nullptr) throw std::invalid_argument("tensor_from_dlpack: NULL tensor");
+    // fromDLPack takes ownership: the producer's deleter runs when the
+    // tensor's storage is freed.
+    return release_tensor(at::fromDLPack(managed));
+  } catch (const c10::Error& e) {
+    if (error) *error = make_error(std::string("tensor_from_dlpack: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    if (error) *error = make_error(std::string("tensor_from_dlpack: ") + e.what());
+  }
+  return nullptr;
+}
+
+DLManagedTensor* tensor_to_dlpack(const kiln_host*, const kiln_tensor* tensor, kiln_error** error) noexcept {
+  try {
+    if (tensor == nullptr) throw std::invalid_argument("tensor_to_dlpack: NULL tensor");
+    at::Tensor t = borrow_tensor(tensor);
+    if (t.requires_grad())
+      throw std::invalid_argument("tensor_to_dlpack: a tensor that requires grad cannot cross as DLPack");
+    return at::toDLPack(t);
+  } catch (const c10::Error& e) {
+    if (error) *error = make_error(std::string("tensor_to_dlpack: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    if (error) *error = make_error(e.what());
+  }
+  return nullptr;
+}
+
+kiln_tensor* tensor_retain(const kiln_host*, kiln_tensor* tensor) noexcept {
+  if (tensor) c10::raw::intrusive_ptr::incref(reinterpret_cast<c10::TensorImpl*>(tensor));
+  return tensor;
+}
+
+void tensor_release(const kiln_host*, kiln_tensor* tensor) noexcept {
+  if (tensor) c10::raw::intrusive_ptr::decref(reinterpret_cast<c10::TensorImpl*>(tensor));
+}
+
+kiln_batch* batch_new(const kiln_host*) noexcept {
+  try {
+    return new kiln_batch();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+kiln_error* batch_put(const kiln_host*, kiln_batch* batch, const char* name, kiln_tensor* tensor) noexcept {
+  try {
+    if (tensor == nullptr) return make_error("batch_put: NULL tensor");
+    at::Tensor owned = adopt_tensor(tensor);  // ownership is ours even on failure
+    if (batch == nullptr || name == nullptr) return make_error("batch_put: NULL batch or name");
+    for (const auto& [existing, _] : batch->tensors)
+      if (existing == name) return make_error(std::string("batch_put: the batch already has '") + name + "'");
+    batch->tensors.emplace_back(name, std::move(owned));
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_error(std::string("batch_put: ") + e.what());
+  }
+}
+
+kiln_tensor* batch_get(const kiln_host*, const kiln_batch* batch, const char* name) noexcept {
+  if (batch == nullptr || name == nullptr) return nullptr;
+  for (const auto& [existing, tensor] : batch->tensors)
+    if (existing == name) return reinterpret_cast<kiln_tensor*>(tensor.unsafeGetTensorImpl());
+  return nullptr;
+}
+
+size_t batch_count(const kiln_host*, const kiln_batch* batch) noexcept { return batch ? batch->tensors.size() : 0; }
+
+const char* batch_name_at(const kiln_host*, const kiln_batch* batch, size_t index) noexcept {
+  if (batch == nullptr || index >= batch->tensors.size()) return nullptr;
+  return batch->tensors[index].first.c_str();
+}
+
+void batch_release(const kiln_host*, kiln_batch* batch) noexcept { delete batch; }
+
+kiln_error* state_write(const kiln_host*, kiln_state_writer* writer, const char* key, const void* data,
+                        size_t size) noexcept {
+  try {
+    if (writer == nullptr || key == nullptr) return make_error("state_write: NULL writer or key");
+    writer->blobs[key] = std::string(static_cast<const char*>(data), size);
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_error(std::string("state_write: ") + e.what());
+  }
+}
+
+int state_read(const kiln_host*, kiln_state_reader* reader, const char* key, const void** data,
+               size_t* size) noexcept {
+  if (reader == nullptr || reader->blobs == nullptr || key == nullptr) return 0;
+  auto it = reader->blobs->find(key);
+  if (it == reader->blobs->end()) return 0;
+  *data = it->second.data();
+  *size = it->second.size();
+  return 1;
+}
+
+}  // namespace
+
+PluginHost::PluginHost(std::string plugin_id, RunServices* run) : plugin_id_(std::move(plugin_id)), run_(run) {
+  table_.struct_size = sizeof(kiln_host);
+  table_.abi_major = KILN_ABI_VERSION_MAJOR;
+  table_.abi_minor = KILN_ABI_VERSION_MINOR;
+  table_.kiln_version = KILN_VERSION;
+  table_.host_data = this;
+  table_.error_new = &error_new;
+  table_.log = &log;
+  table_.log_metric = &log_metric;
+  table_.metric_get = &metric_get;
+  table_.rank = &rank;
+  table_.world_size = &world_size;
+  table_.request_stop = &request_stop;
+  table_.tensor_from_dlpack = &tensor_from_dlpack;
+  table_.tensor_to_dlpack = &tensor_to_dlpack;
+  table_.tensor_retain = &tensor_retain;
+  table_.tensor_release = &tensor_release;
+  table_.batch_new = &batch_new;
+  table_.batch_put = &batch_put;
+  table_.batch_get = &batch_get;
+  table_.batch_count = &batch_count;
+  table_.batch_name_at = &batch_name_at;
+  table_.batch_release = &batch_release;
+  table_.state_write = &state_write;
+  table_.state_read = &state_read;
+}
+
+}  // namespace kiln

@@ -1,0 +1,43 @@
+// The kiln_host table handed to each plugin instance, and host-side helpers
+// for the error objects that cross the ABI.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/abi.h"
+#include "plugin/run_services.hpp"
+
+namespace kiln {
+
+// One table per plugin instance, so that log lines and stop requests name
+// the plugin that made them. Must outlive the instance (until destroy returns).
+class PluginHost {
+ public:
+  PluginHost(std::string plugin_id, RunServices* run);
+  PluginHost(const PluginHost&) = delete;
+  PluginHost& operator=(const PluginHost&) = delete;
+
+  const kiln_host* table() const { return &table_; }
+  const std::string& plugin_id() const { return plugin_id_; }
+  RunServices* run() const { return run_; }
+
+ private:
+  std::string plugin_id_;
+  RunServices* run_;
+  kiln_host table_{};
+};
+
+// Creates an error as kiln_host.error_new does (for host-side failures that
+// travel the same path as plugin errors).
+kiln_error* make_error(const std::string& message);
+// Returns the message of an error the host now owns, and frees it. NULL gives "".
+std::string take_error(kiln_error* error);
+
+// Frees batches the host received from get_batch.
+struct BatchDeleter {
+  void operator()(kiln_batch* batch) const;
+};
+using BatchPtr = std::unique_ptr<kiln_batch, BatchDeleter>;
+
+}  // namespace kiln

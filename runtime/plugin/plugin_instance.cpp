@@ -1,0 +1,62 @@
+#include "plugin/plugin_instance.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace kiln {
+
+HookError::HookError(std::string plugin_id, std::string slot, std::string hook, std::string message)
+    : std::runtime_error("plugin '" + plugin_id + "' [" + slot + "] failed in " + hook + ": " + message),
+      plugin_id_(std::move(plugin_id)),
+      slot_(std::move(slot)),
+      hook_(std::move(hook)),
+      message_(std::move(message)) {}
+
+PluginInstance::PluginInstance(LoadedPlugin plugin, std::string config_toml, RunServices* run)
+    : plugin_(std::move(plugin)),
+      id_(plugin_.id()),
+      config_toml_(std::move(config_toml)),
+      host_(std::make_unique<PluginHost>(id_, run)) {}
+
+PluginInstance::~PluginInstance() { destroy(); }
+
+void PluginInstance::check(kiln_error* error, const char* hook) const {
+  if (error == nullptr) return;
+  std::string message = take_error(error);
+  // One line: a multi-line message from a plugin would break the report.
+  for (char& c : message)
+    if (c == '\n' || c == '\r') c = ' ';
+  throw HookError(id_, plugin_.slot, hook, message);
+}
+
+void PluginInstance::create() {
+  kiln_instance* out = nullptr;
+  check(plugin_.lifecycle().create(host_->table(), config_toml_.c_str(), &out), "create");
+  if (out == nullptr) throw HookError(id_, plugin_.slot, "create", "create succeeded but returned no instance");
+  instance_ = out;
+}
+
+void PluginInstance::setup(kiln_stage stage) {
+  setup_entered_ = true;  // teardown is owed from here on, even if setup fails part-way
+  if (auto fn = plugin_.lifecycle().setup) check(fn(instance_, stage), "setup");
+}
+
+void PluginInstance::teardown(kiln_stage stage, bool failed) {
+  if (!setup_entered_ || torn_down_) return;
+  torn_down_ = true;  // exactly once, whatever it returns
+  if (auto fn = plugin_.lifecycle().teardown) check(fn(instance_, stage, failed ? 1 : 0), "teardown");
+}
+
+void PluginInstance::on_exception(const kiln_exception_info& info) {
+  if (!created() || exception_told_) return;
+  exception_told_ = true;
+  if (auto fn = plugin_.lifecycle().on_exception) check(fn(instance_, &info), "on_exception");
+}
+
+void PluginInstance::destroy() noexcept {
+  if (!created()) return;
+  kiln_instance* instance = instance_;
+  instance_ = nullptr;
+  plugin_.lifecycle().destroy(instance);
+}
+
+}  // namespace kiln

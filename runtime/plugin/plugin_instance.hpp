@@ -1,0 +1,65 @@
+// One created plugin: its instance, its host table, and which lifecycle
+// hooks have run, so that cleanup calls each exactly once.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "kiln/abi.h"
+#include "plugin/host_services.hpp"
+#include "plugin/loader.hpp"
+
+namespace kiln {
+
+// A hook that returned an error. `what()` is the one line the run reports.
+class HookError : public std::runtime_error {
+ public:
+  HookError(std::string plugin_id, std::string slot, std::string hook, std::string message);
+  const std::string& plugin_id() const { return plugin_id_; }
+  const std::string& slot() const { return slot_; }
+  const std::string& hook() const { return hook_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string plugin_id_, slot_, hook_, message_;
+};
+
+class PluginInstance {
+ public:
+  PluginInstance(LoadedPlugin plugin, std::string config_toml, RunServices* run);
+  ~PluginInstance();  // destroys the instance if still alive (never throws)
+  PluginInstance(const PluginInstance&) = delete;
+  PluginInstance& operator=(const PluginInstance&) = delete;
+
+  // Lifecycle. Each throws HookError when the plugin reports an error.
+  void create();
+  void setup(kiln_stage stage);
+  void teardown(kiln_stage stage, bool failed);
+  void on_exception(const kiln_exception_info& info);
+  void destroy() noexcept;
+
+  bool created() const { return instance_ != nullptr; }
+  bool setup_entered() const { return setup_entered_; }
+  bool torn_down() const { return torn_down_; }
+
+  // Throws HookError for `hook` when `error` is non-NULL (taking the error).
+  void check(kiln_error* error, const char* hook) const;
+
+  const LoadedPlugin& plugin() const { return plugin_; }
+  const std::string& id() const { return id_; }
+  kiln_instance* instance() const { return instance_; }
+  const kiln_host* host() const { return host_->table(); }
+
+ private:
+  LoadedPlugin plugin_;
+  std::string id_;
+  std::string config_toml_;
+  std::unique_ptr<PluginHost> host_;
+  kiln_instance* instance_ = nullptr;
+  bool setup_entered_ = false;
+  bool torn_down_ = false;
+  bool exception_told_ = false;
+};
+
+}  // namespace kiln

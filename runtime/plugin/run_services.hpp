@@ -1,0 +1,22 @@
+// What the host's service table reaches on the run's side: metrics, stop
+// requests and the process group's shape. The trainer implements it; plugins
+// see it only through kiln_host.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kiln {
+
+class RunServices {
+ public:
+  virtual ~RunServices() = default;
+  virtual void record_metric(const std::string& plugin_id, const char* name, double value, double weight,
+                             uint32_t flags) = 0;
+  virtual bool metric(const char* name, double* out) const = 0;
+  virtual void request_stop(const std::string& plugin_id, const char* reason) = 0;
+  virtual int32_t rank() const = 0;
+  virtual int32_t world_size() const = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,32 @@
+// What a person watching the run sees: a progress bar on a terminal, plain
+// periodic lines otherwise (CI logs, files), or nothing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace kiln {
+
+class Progress {
+ public:
+  enum class Mode { bar, lines, none };
+  // "auto" picks bar on a TTY and lines elsewhere.
+  static Mode mode_from(const std::string& setting);
+
+  Progress(Mode mode, int64_t log_every_n_steps);
+  void begin(const std::string& label, int64_t total_batches);
+  void step(int64_t batch_index, double loss);
+  void end();
+
+ private:
+  Mode mode_;
+  int64_t every_;
+  std::string label_;
+  int64_t total_ = 0;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+  bool drawn_ = false;
+};
+
+}  // namespace kiln

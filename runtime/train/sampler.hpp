@@ -1,0 +1,34 @@
+// Host-owned sampling: which samples form which batch, in which order.
+// The order of epoch e is the (e+1)-th randperm drawn from one CPU generator
+// seeded with the run's seed — a pure function of (seed, epoch, length), so a
+// resumed run and every rank see the same order, and it matches a plain
+// LibTorch loop that draws one randperm per epoch from a generator seeded the
+// same way. Data modules never see a generator or a device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kiln {
+
+// Sample indices of one epoch, cut into batches.
+struct BatchPlan {
+  std::vector<int64_t> indices;  // concatenated batches
+  std::vector<size_t> offsets;   // batch b is indices[offsets[b] .. offsets[b+1])
+  size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
+  const int64_t* batch(size_t b) const { return indices.data() + offsets[b]; }
+  size_t batch_size(size_t b) const { return offsets[b + 1] - offsets[b]; }
+};
+
+struct SamplerOptions {
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool drop_last = false;
+  int64_t batch_size = 1;
+  int64_t max_batches = -1;  // -1 = all
+};
+
+BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t length);
+
+}  // namespace kiln

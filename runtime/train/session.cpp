@@ -1,0 +1,97 @@
+#include "train/session.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace kiln {
+
+Session::Session(std::vector<std::unique_ptr<PluginInstance>> callbacks, std::unique_ptr<PluginInstance> data,
+                 std::unique_ptr<PluginInstance> model, int32_t rank)
+    : callbacks_(std::move(callbacks)), data_(std::move(data)), model_(std::move(model)), rank_(rank) {}
+
+std::vector<PluginInstance*> Session::creation_order() {
+  std::vector<PluginInstance*> order;
+  for (auto& c : callbacks_) order.push_back(c.get());
+  order.push_back(data_.get());
+  order.push_back(model_.get());
+  return order;
+}
+
+std::vector<PluginInstance*> Session::cleanup_order() {
+  std::vector<PluginInstance*> order;
+  for (auto& c : callbacks_) order.push_back(c.get());
+  order.push_back(model_.get());
+  order.push_back(data_.get());
+  return order;
+}
+
+Failure Session::classify(std::exception_ptr error) const {
+  Failure f;
+  f.rank = rank_;
+  const std::string on_rank = " on rank " + std::to_string(rank_);
+  try {
+    std::rethrow_exception(error);
+  } catch (const HookError& e) {
+    f.reason = KILN_FAILURE_PLUGIN_ERROR;
+    f.plugin_id = e.plugin_id();
+    f.hook = e.hook();
+    f.message = e.message();
+    f.report = "plugin '" + e.plugin_id() + "' [" + e.slot() + "] failed in " + e.hook() + on_rank + ": " +
+               e.message();
+  } catch (const RunAborted& e) {
+    f.reason = e.reason();
+    f.message = e.what();
+    f.report = std::string(e.what()) + on_rank;
+  } catch (const std::exception& e) {
+    f.reason = KILN_FAILURE_HOST_ERROR;
+    f.message = e.what();
+    f.report = std::string("kiln failed") + on_rank + ": " + e.what();
+  } catch (...) {
+    f.message = "unknown exception";
+    f.report = "kiln failed" + on_rank + ": unknown exception";
+  }
+  return f;
+}
+
+void Session::cleanup(kiln_stage stage, const Failure& failure) {
+  kiln_exception_info info{};
+  info.struct_size = sizeof(info);
+  info.reason = failure.reason;
+  info.message = failure.message.c_str();
+  info.plugin_id = failure.plugin_id.empty() ? nullptr : failure.plugin_id.c_str();
+  info.hook = failure.hook.empty() ? nullptr : failure.hook.c_str();
+  info.rank = failure.rank;
+
+  // Each call is isolated: a failing on_exception or teardown is logged and
+  // the next plugin still gets its call.
+  auto isolated = [](PluginInstance* p, const char* what, const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const std::exception& e) {
+      spdlog::error("during cleanup ({} of '{}'): {}", what, p->id(), e.what());
+    }
+  };
+  for (PluginInstance* p : cleanup_order())
+    isolated(p, "on_exception", [&] { p->on_exception(info); });
+  for (PluginInstance* p : cleanup_order())
+    isolated(p, "teardown", [&] { p->teardown(stage, /*failed=*/true); });
+  for (PluginInstance* p : cleanup_order()) p->destroy();
+}
+
+std::optional<Failure> Session::run(kiln_stage stage, bool prepare_data, const std::function<void()>& body) {
+  try {
+    for (PluginInstance* p : creation_order()) p->create();
+    if (prepare_data && data_->plugin().data_hooks().prepare_data)
+      data_->check(data_->plugin().data_hooks().prepare_data(data_->instance()), "prepare_data");
+    for (PluginInstance* p : creation_order()) p->setup(stage);
+    body();
+    for (PluginInstance* p : cleanup_order()) p->teardown(stage, /*failed=*/false);
+    for (PluginInstance* p : cleanup_order()) p->destroy();
+    return std::nullopt;
+  } catch (...) {
+    Failure failure = classify(std::current_exception());
+    cleanup(stage, failure);
+    return failure;
+  }
+}
+
+}  // namespace kiln

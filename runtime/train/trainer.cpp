@@ -1,0 +1,498 @@
+#include "train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "kiln/tensor.hpp"
+#include "metrics/csv_log.hpp"
+#include "metrics/metric_store.hpp"
+#include "plugin/host_objects.hpp"
+#include "plugin/plugin_instance.hpp"
+#include "train/optim.hpp"
+#include "train/prefetcher.hpp"
+#include "train/progress.hpp"
+#include "train/sampler.hpp"
+#include "util/errors.hpp"
+#include "util/process_info.hpp"
+
+namespace kiln {
+
+const char* command_name(Command command) {
+  switch (command) {
+    case Command::fit: return "fit";
+    case Command::validate: return "validate";
+    case Command::test: return "test";
+    case Command::predict: return "predict";
+  }
+  return "?";
+}
+
+RunPlugins load_plugins(const Manifest& manifest, Command command, Loader& loader) {
+  const std::string file = manifest.file.filename().string();
+  auto load = [&](const PluginSpec& spec, kiln_plugin_kind kind) {
+    return loader.load(spec.path, spec.id, kind, spec.slot, file + " [" + spec.slot + "]");
+  };
+  // Every plugin is loaded and checked before any is created.
+  RunPlugins plugins{{}, load(manifest.data, KILN_KIND_DATA_MODULE), load(manifest.model, KILN_KIND_MODEL)};
+  for (const auto& spec : manifest.callbacks) plugins.callbacks.push_back(load(spec, KILN_KIND_CALLBACK));
+
+  std::vector<const LoadedPlugin*> all{&plugins.model, &plugins.data};
+  for (const auto& c : plugins.callbacks) all.push_back(&c);
+  check_unique_ids(all, file);
+
+  const kiln_model_hooks& hooks = plugins.model.model_hooks();
+  const std::string who = file + " [model] '" + plugins.model.id() + "'";
+  if (command == Command::fit && !hooks.training_step)
+    throw InputError(who + " implements no training_step; `kiln fit` needs one");
+  if (command == Command::validate && !hooks.validation_step)
+    throw InputError(who + " implements no validation_step; `kiln validate` needs one");
+  if (command == Command::test && !hooks.test_step)
+    throw InputError(who + " implements no test_step; `kiln test` needs one");
+  if (command == Command::predict && !hooks.predict_step)
+    throw InputError(who + " implements no predict_step; `kiln predict` needs one");
+  return plugins;
+}
+
+namespace {
+
+kiln_stage stage_of(Command command) {
+  switch (command) {
+    case Command::fit: return KILN_STAGE_FIT;
+    case Command::validate: return KILN_STAGE_VALIDATE;
+    case Command::test: return KILN_STAGE_TEST;
+    case Command::predict: return KILN_STAGE_PREDICT;
+  }
+  return KILN_STAGE_FIT;
+}
+
+const char* split_name(kiln_split split) {
+  switch (split) {
+    case KILN_SPLIT_TRAIN: return "train";
+    case KILN_SPLIT_VAL: return "val";
+    case KILN_SPLIT_TEST: return "test";
+    default: return "predict";
+  }
+}
+
+std::string format_metrics(const std::map<std::string, double>& metrics) {
+  std::string out;
+  for (const auto& [name, value] : metrics) out += fmt::format("  {} {:.4f}", name, value);
+  return out;
+}
+
+using CallbackHook = kiln_callback_hook kiln_callback_hooks::*;
+
+// Everything one run owns; the plugins reach it through RunServices.
+class Run final : public RunServices {
+ public:
+  Run(const Manifest& manifest, Command command, const std::atomic<int>* signal)
+      : m_(manifest),
+        command_(command),
+        signal_(signal),
+        device_(manifest.run.device),
+        progress_(Progress::mode_from(manifest.trainer.progress), manifest.trainer.log_every_n_steps),
+        csv_(manifest.run.dir / "metrics.csv") {
+    const auto& t = m_.trainer;
+    max_epochs_ = t.max_epochs;
+    max_steps_ = t.max_steps;
+    limit_train_ = t.limit_train_batches;
+    limit_val_ = t.limit_val_batches;
+    limit_test_ = t.limit_test_batches;
+    if (t.fast_dev_run > 0) {
+      // Lightning's fast_dev_run: N batches of each split, one epoch.
+      max_epochs_ = 1;
+      max_steps_ = -1;
+      BatchLimit n;
+      n.is_fraction = false;
+      n.count = t.fast_dev_run;
+      limit_train_ = limit_val_ = limit_test_ = n;
+    }
+  }
+
+  RunOutcome execute(RunPlugins plugins) {
+    configure_torch();
+    std::filesystem::create_directories(m_.run.dir);
+
+    std::vector<std::unique_ptr<PluginInstance>> callbacks;
+    for (size_t i = 0; i < plugins.callbacks.size(); ++i)
+      callbacks.push_back(std::make_unique<PluginInstance>(std::move(plugins.callbacks[i]),
+                                                           m_.callbacks[i].config_toml, this));
+    auto data = std::make_unique<PluginInstance>(std::move(plugins.data), m_.data.config_toml, this);
+    auto model = std::make_unique<PluginInstance>(std::move(plugins.model), m_.model.config_toml, this);
+    Session session(std::move(callbacks), std::move(data), std::move(model), rank());
+    session_ = &session;
+
+    // Seeded right before create, so model initialisation is reproducible.
+    torch::manual_seed(m_.run.seed);
+    RunOutcome outcome;
+    outcome.failure = session.run(stage_of(command_), /*prepare_data=*/true, [&] { body(); });
+    session_ = nullptr;
+    outcome.metrics = metrics_.latest();
+    return outcome;
+  }
+
+  // --- RunServices --------------------------------------------------------
+  void record_metric(const std::string& plugin_id, const char* name, double value, double weight,
+                     uint32_t flags) override {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    try {
+      metrics_.record(name, value, weight, flags);
+    } catch (const std::exception& e) {
+      spdlog::warn("[{}] {}", plugin_id, e.what());
+    }
+  }
+  bool metric(const char* name, double* out) const override {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    auto value = metrics_.latest(name);
+    if (value) *out = *value;
+    return value.has_value();
+  }
+  void request_stop(const std::string& plugin_id, const char* reason) override {
+    if (!stop_requested_) spdlog::info("stop requested by '{}': {}", plugin_id, reason);
+    stop_requested_ = true;
+  }
+  int32_t rank() const override { return 0; }
+  int32_t world_size() const override { return 1; }
+
+ private:
+  void configure_torch() {
+    const int threads = m_.run.threads > 0 ? m_.run.threads : static_cast<int>(std::thread::hardware_concurrency());
+    at::set_num_threads(threads);
+    if (m_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    spdlog::info("kiln {} {}: device {}, {} intra-op threads, BLAS {}, run dir {}", KILN_VERSION,
+                 command_name(command_), device_.str(), at::get_num_threads(), mapped_blas(),
+                 m_.run.dir.string());
+  }
+
+  void body() {
+    collect_parameters();
+    switch (command_) {
+      case Command::fit: fit(); break;
+      case Command::validate: evaluate(KILN_SPLIT_VAL, &kiln_model_hooks::validation_step, true); break;
+      case Command::test: evaluate(KILN_SPLIT_TEST, &kiln_model_hooks::test_step, true); break;
+      case Command::predict: predict(); break;
+    }
+  }
+
+  PluginInstance& model() { return session_->model(); }
+  PluginInstance& data() { return session_->data(); }
+
+  void check_signal() const {
+    if (const int s = signal_ ? signal_->load() : 0)
+      throw RunAborted(KILN_FAILURE_INTERRUPTED, std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT"));
+  }
+
+  // Parameters and buffers, placed on the run's device in place, so that the
+  // plugin's module sees the same tensors the optimizer steps.
+  void collect_parameters() {
+    struct Visit {
+      std::vector<std::pair<std::string, at::Tensor>> params, buffers;
+      std::string error;
+    } visit;
+    auto visitor = [](void* context, const char* name, kiln_tensor* tensor, uint32_t flags) noexcept {
+      auto* v = static_cast<Visit*>(context);
+      try {
+        auto& list = flags == KILN_TENSOR_BUFFER ? v->buffers : v->params;
+        list.emplace_back(name ? name : "", borrow_tensor(tensor));
+      } catch (const std::exception& e) {
+        v->error = e.what();
+      }
+    };
+    model().check(model().plugin().model_hooks().parameters(model().instance(), &visit, visitor), "parameters");
+    if (!visit.error.empty()) throw std::runtime_error("reading the model's parameters: " + visit.error);
+    if (visit.params.empty() && command_ == Command::fit)
+      throw HookError(model().id(), "model", "parameters", "the model has no parameters to train");
+    for (auto* list : {&visit.params, &visit.buffers})
+      for (auto& [name, tensor] : *list)
+        if (tensor.device() != device_) tensor.set_data(tensor.to(device_));
+    trainable_.clear();
+    int64_t count = 0;
+    for (auto& [name, tensor] : visit.params) {
+      if (tensor.requires_grad()) trainable_.push_back(tensor);
+      count += tensor.numel();
+    }
+    spdlog::info("model '{}': {} parameter tensors ({} values), {} buffers", model().id(), visit.params.size(),
+                 count, visit.buffers.size());
+  }
+
+  int64_t length(kiln_split split) {
+    int64_t n = 0;
+    data().check(data().plugin().data_hooks().length(data().instance(), split, &n), "length");
+    if (n < 0) throw HookError(data().id(), "data", "length", "returned a negative length");
+    return n;
+  }
+
+  Prefetcher batches(kiln_split split, int64_t epoch, bool shuffle, int64_t batch_size, const BatchLimit& limit) {
+    SamplerOptions options;
+    options.seed = m_.run.seed;
+    options.shuffle = shuffle;
+    options.drop_last = split == KILN_SPLIT_TRAIN && m_.trainer.drop_last;
+    options.batch_size = batch_size;
+    const int64_t n = length(split);
+    const int64_t available = options.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+    options.max_batches = limit.apply(available);
+    return Prefetcher(data(), split, plan_epoch(options, epoch, n), m_.trainer.prefetch_threads,
+                      m_.trainer.prefetch_depth);
+  }
+
+  void to_device(kiln_batch& batch) {
+    if (device_.is_cpu()) return;
+    for (auto& [name, tensor] : batch.tensors) tensor = tensor.to(device_, /*non_blocking=*/true);
+  }
+
+  static int64_t batch_rows(const kiln_batch& batch) {
+    for (const auto& [name, tensor] : batch.tensors)
+      if (tensor.dim() > 0) return tensor.size(0);
+    return 1;
+  }
+
+  kiln_progress progress(kiln_stage stage, int64_t epoch, int64_t batch_index) const {
+    kiln_progress p{};
+    p.struct_size = sizeof(p);
+    p.stage = stage;
+    p.epoch = epoch;
+    p.global_step = global_step_;
+    p.batch_index = batch_index;
+    p.max_epochs = max_epochs_;
+    p.max_steps = max_steps_;
+    return p;
+  }
+
+  void call_callbacks(CallbackHook hook, const char* name, const kiln_progress& p) {
+    for (const auto& cb : session_->callbacks())
+      if (kiln_callback_hook fn = cb->plugin().callback_hooks().*hook) cb->check(fn(cb->instance(), &p), name);
+  }
+
+  std::map<std::string, double> reduce_metrics() {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    return metrics_.reduce();
+  }
+
+  // --- fit ----------------------------------------------------------------
+  void fit() {
+    const auto& t = m_.trainer;
+    auto optimizer = make_optimizer(m_.optimizer, trainable_);
+    const int64_t train_batches = [&] {
+      const int64_t n = length(KILN_SPLIT_TRAIN);
+      if (n == 0) throw HookError(data().id(), "data", "length", "the train split is empty; `kiln fit` needs samples");
+      const int64_t available = t.drop_last ? n / t.batch_size : (n + t.batch_size - 1) / t.batch_size;
+      return limit_train_.apply(available);
+    }();
+    const int64_t steps_per_epoch = (train_batches + t.accumulate_grad_batches - 1) / t.accumulate_grad_batches;
+    const bool per_step = m_.scheduler.interval == "step";
+    int64_t total_periods = per_step ? (max_steps_ > 0 ? max_steps_ : steps_per_epoch * std::max<int64_t>(max_epochs_, 1))
+                                     : std::max<int64_t>(max_epochs_, 1);
+    LrSchedule schedule(m_.scheduler, m_.optimizer.lr, total_periods);
+    schedule.apply(*optimizer, 0);
+
+    const bool validates = model().plugin().model_hooks().validation_step != nullptr && length(KILN_SPLIT_VAL) > 0 &&
+                           t.check_val_every_n_epoch > 0;
+    call_callbacks(&kiln_callback_hooks::on_fit_start, "on_fit_start", progress(KILN_STAGE_FIT, 0, -1));
+
+    int64_t epoch = 0;
+    for (; max_epochs_ < 0 || epoch < max_epochs_; ++epoch) {
+      call_callbacks(&kiln_callback_hooks::on_train_epoch_start, "on_train_epoch_start",
+                     progress(KILN_STAGE_FIT, epoch, -1));
+      const auto started = std::chrono::steady_clock::now();
+      train_epoch(epoch, *optimizer, schedule);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      std::map<std::string, double> row = reduce_metrics();
+
+      if (validates && (epoch + 1) % t.check_val_every_n_epoch == 0) {
+        for (auto& [name, value] : evaluate(KILN_SPLIT_VAL, &kiln_model_hooks::validation_step, false, epoch))
+          row[name] = value;
+      }
+      call_callbacks(&kiln_callback_hooks::on_train_epoch_end, "on_train_epoch_end",
+                     progress(KILN_STAGE_FIT, epoch, -1));
+      spdlog::info("epoch {}{}{}  ({:.2f} s, {:.0f} samples/s)", epoch,
+                   max_epochs_ > 0 ? fmt::format("/{}", max_epochs_ - 1) : "", format_metrics(row), seconds,
+                   samples_this_epoch_ / seconds);
+      row["epoch"] = static_cast<double>(epoch);
+      row["step"] = static_cast<double>(global_step_);
+      row["epoch_seconds"] = seconds;
+      csv_.append(row);
+
+      if (!per_step) schedule.apply(*optimizer, epoch + 1);
+      if (stop_requested_ || (max_steps_ >= 0 && global_step_ >= max_steps_)) {
+        ++epoch;
+        break;
+      }
+    }
+    call_callbacks(&kiln_callback_hooks::on_fit_end, "on_fit_end", progress(KILN_STAGE_FIT, epoch, -1));
+    spdlog::info("fit done: {} epochs, {} steps", epoch, global_step_);
+
+    if (t.test_after_fit && model().plugin().model_hooks().test_step) {
+      auto metrics = evaluate(KILN_SPLIT_TEST, &kiln_model_hooks::test_step, false, epoch);
+      metrics["epoch"] = static_cast<double>(epoch - 1);
+      metrics["step"] = static_cast<double>(global_step_);
+      csv_.append(metrics);
+    }
+  }
+
+  void train_epoch(int64_t epoch, torch::optim::Optimizer& optimizer, const LrSchedule& schedule) {
+    const auto& t = m_.trainer;
+    Prefetcher loader = batches(KILN_SPLIT_TRAIN, epoch, t.shuffle, t.batch_size, limit_train_);
+    const auto& hooks = model().plugin().model_hooks();
+    const int64_t n = static_cast<int64_t>(loader.size());
+    const int64_t accumulate = t.accumulate_grad_batches;
+    samples_this_epoch_ = 0;
+    progress_.begin(fmt::format("epoch {}", epoch), n);
+    optimizer.zero_grad();
+    for (int64_t b = 0; b < n; ++b) {
+      check_signal();
+      BatchPtr batch = loader.next();
+      to_device(*batch);
+      const int64_t rows = batch_rows(*batch);
+      samples_this_epoch_ += rows;
+
+      kiln_tensor* handle = nullptr;
+      model().check(hooks.training_step(model().instance(), batch.get(), b, &handle), "training_step");
+      if (handle == nullptr) throw HookError(model().id(), "model", "training_step", "returned no loss");
+      at::Tensor loss = adopt_tensor(handle);
+      if (loss.numel() != 1)
+        throw HookError(model().id(), "model", "training_step",
+                        fmt::format("the loss must be a scalar, got {} values", loss.numel()));
+      if (!loss.requires_grad())
+        throw HookError(model().id(), "model", "training_step",
+                        "the loss does not require grad (was it computed under NoGradGuard or detached?)");
+      const double value = loss.item<double>();
+      record_metric("kiln", "train/loss", value, static_cast<double>(rows), KILN_METRIC_REDUCE_MEAN);
+      (accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
+      loss = at::Tensor();
+      batch.reset();
+
+      if ((b + 1) % accumulate == 0 || b + 1 == n) {
+        clip_gradients();
+        optimizer.step();
+        optimizer.zero_grad();
+        ++global_step_;
+        if (schedule.per_step()) schedule.apply(optimizer, global_step_);
+        call_callbacks(&kiln_callback_hooks::on_train_batch_end, "on_train_batch_end",
+                       progress(KILN_STAGE_FIT, epoch, b));
+      }
+      progress_.step(b, value);
+      if (stop_requested_ || (max_steps_ >= 0 && global_step_ >= max_steps_)) break;
+    }
+    progress_.end();
+  }
+
+  void clip_gradients() {
+    const double clip = m_.trainer.gradient_clip_val;
+    if (clip <= 0) return;
+    if (m_.trainer.gradient_clip_algorithm == "value")
+      torch::nn::utils::clip_grad_value_(trainable_, clip);
+    else
+      torch::nn::utils::clip_grad_norm_(trainable_, clip);
+  }
+
+  // --- validation / test ----------------------------------------------------
+  using EvalHook = decltype(&kiln_model_hooks::validation_step);
+
+  std::map<std::string, double> evaluate(kiln_split split, EvalHook hook, bool standalone, int64_t epoch = 0) {
+    const auto& t = m_.trainer;
+    const bool is_val = split == KILN_SPLIT_VAL;
+    const kiln_stage stage = is_val ? (standalone ? KILN_STAGE_VALIDATE : KILN_STAGE_FIT) : KILN_STAGE_TEST;
+    if (length(split) == 0)
+      throw HookError(data().id(), "data", "length", fmt::format("the {} split is empty", split_name(split)));
+    if (is_val)
+      call_callbacks(&kiln_callback_hooks::on_validation_start, "on_validation_start", progress(stage, epoch, -1));
+
+    const char* hook_name = is_val ? "validation_step" : "test_step";
+    auto step = model().plugin().model_hooks().*hook;
+    {
+      torch::NoGradGuard no_grad;
+      Prefetcher loader = batches(split, 0, /*shuffle=*/false, t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size,
+                                  is_val ? limit_val_ : limit_test_);
+      const int64_t n = static_cast<int64_t>(loader.size());
+      progress_.begin(split_name(split), n);
+      for (int64_t b = 0; b < n; ++b) {
+        check_signal();
+        BatchPtr batch = loader.next();
+        to_device(*batch);
+        model().check(step(model().instance(), batch.get(), b), hook_name);
+        progress_.step(b, std::nan(""));
+      }
+      progress_.end();
+    }
+    auto metrics = reduce_metrics();
+    if (standalone || !is_val) spdlog::info("{}:{}", split_name(split), format_metrics(metrics));
+    if (is_val)
+      call_callbacks(&kiln_callback_hooks::on_validation_end, "on_validation_end", progress(stage, epoch, -1));
+    else
+      call_callbacks(&kiln_callback_hooks::on_test_end, "on_test_end", progress(stage, epoch, -1));
+    if (standalone) {
+      auto row = metrics;
+      row["epoch"] = 0;
+      row["step"] = static_cast<double>(global_step_);
+      csv_.append(row);
+    }
+    return metrics;
+  }
+
+  void predict() {
+    const auto& t = m_.trainer;
+    auto step = model().plugin().model_hooks().predict_step;
+    std::vector<at::Tensor> outputs;
+    {
+      torch::NoGradGuard no_grad;
+      Prefetcher loader = batches(KILN_SPLIT_PREDICT, 0, false, t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size,
+                                  t.limit_predict_batches);
+      const int64_t n = static_cast<int64_t>(loader.size());
+      progress_.begin("predict", n);
+      for (int64_t b = 0; b < n; ++b) {
+        check_signal();
+        BatchPtr batch = loader.next();
+        to_device(*batch);
+        kiln_tensor* out = nullptr;
+        model().check(step(model().instance(), batch.get(), b, &out), "predict_step");
+        if (out == nullptr) throw HookError(model().id(), "model", "predict_step", "returned no output");
+        outputs.push_back(adopt_tensor(out).cpu());
+        progress_.step(b, std::nan(""));
+      }
+      progress_.end();
+    }
+    if (outputs.empty()) throw HookError(data().id(), "data", "length", "the predict split is empty");
+    const at::Tensor all = at::cat(outputs);
+    const std::vector<char> bytes = torch::pickle_save(all);
+    const auto file = m_.run.dir / "predictions.pt";
+    std::ofstream(file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    spdlog::info("predict: {} rows written to {} (load with torch.load)", all.size(0), file.string());
+  }
+
+  const Manifest& m_;
+  Command command_;
+  const std::atomic<int>* signal_;
+  at::Device device_;
+  Progress progress_;
+  CsvLog csv_;
+  Session* session_ = nullptr;
+
+  mutable std::mutex metrics_mutex_;  // data modules may record from prefetch threads
+  MetricStore metrics_;
+  std::atomic<bool> stop_requested_{false};
+
+  std::vector<at::Tensor> trainable_;
+  int64_t max_epochs_, max_steps_;
+  BatchLimit limit_train_, limit_val_, limit_test_;
+  int64_t global_step_ = 0;
+  int64_t samples_this_epoch_ = 0;
+};
+
+}  // namespace
+
+RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal) {
+  Run run(manifest, command, signal);
+  return run.execute(std::move(plugins));
+}
+
+}  // namespace kiln

@@ -1,0 +1,39 @@
+// Runs one command (fit, validate, test, predict) of a manifest: loads and
+// checks the plugins, then drives the loop inside the plugin lifecycle.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "config/manifest.hpp"
+#include "plugin/loader.hpp"
+#include "train/session.hpp"
+
+namespace kiln {
+
+enum class Command { fit, validate, test, predict };
+const char* command_name(Command command);
+
+// The plugins of a manifest, loaded and validated, nothing created yet.
+struct RunPlugins {
+  std::vector<LoadedPlugin> callbacks;
+  LoadedPlugin data;
+  LoadedPlugin model;
+};
+
+// Throws InputError (exit 2) for any plugin the loader refuses, or a model
+// that lacks the hook `command` needs.
+RunPlugins load_plugins(const Manifest& manifest, Command command, Loader& loader);
+
+struct RunOutcome {
+  std::optional<Failure> failure;
+  std::map<std::string, double> metrics;  // latest reduced values
+};
+
+// `signal` is set (to the signal number) by the CLI when SIGINT/SIGTERM
+// arrives; the loop checks it at every step boundary.
+RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal);
+
+}  // namespace kiln
