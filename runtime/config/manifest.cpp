@@ -143,7 +143,16 @@ std::string suggest(const std::string& given, const std::vector<std::string>& ca
   for (const auto& candidate : candidates) {
     if (folded == candidate) return " (did you mean '" + candidate + "'?)";
   }
-  return detail::did_you_mean(given, candidates);
+  std::string hint = detail::did_you_mean(given, candidates);
+  if (hint.empty() && folded.size() >= 3) {
+    // "warning" for "warn", "cos" for "cosine"
+    for (const auto& candidate : candidates) {
+      if (candidate.size() >= 3 && (starts_with(folded, candidate) || starts_with(candidate, folded))) {
+        return " (did you mean '" + candidate + "'?)";
+      }
+    }
+  }
+  return hint;
 }
 
 // ---------------------------------------------------------------------------
@@ -205,9 +214,11 @@ struct Context {
   }
 };
 
-// The position of a table: its header if it has one, else the key that made it.
+// The position of a top-level entry: a table's header ([model], [[callbacks]])
+// where it has one, else the key.
 const toml::source_region& table_source(const toml::node& node, const toml::key& key) {
-  return node.source().begin.line > 0 ? node.source() : key.source();
+  const bool container = node.is_table() || node.is_array();
+  return container && node.source().begin.line > 0 ? node.source() : key.source();
 }
 
 // ---------------------------------------------------------------------------
@@ -398,7 +409,10 @@ struct Validator {
                             {"name",
                              [this](const Field& f) {
                                std::string v = f.nonempty_string();
-                               if (v.find('/') != std::string::npos || v == "." || v == "..") {
+                               const bool control = std::any_of(v.begin(), v.end(), [](char c) {
+                                 return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+                               });
+                               if (control || v.find('/') != std::string::npos || v == "." || v == "..") {
                                  f.fail(f.name() + " must be a plain name, not '" + v +
                                         "' (it names the run's directory under runs/; use run.dir to choose "
                                         "another directory)");
@@ -786,7 +800,7 @@ struct Validator {
     // Checks across keys.
     if (m.trainer.max_epochs == -1 && m.trainer.max_steps == -1) {
       const Section* t = section("trainer");
-      const bool has_epochs = t->table && t->table->contains("max_epochs");
+      const bool has_epochs = t && t->table && t->table->contains("max_epochs");
       fail(where_key("trainer", has_epochs ? "max_epochs" : "max_steps") +
            ": trainer.max_epochs = -1 and trainer.max_steps = -1 would train forever: set max_epochs or "
            "max_steps to a limit");
@@ -912,6 +926,9 @@ void apply_override(toml::table& root, const std::string& arg, Context& ctx) {
   const std::string text = trim(arg.substr(eq + 1));
   if (key.empty()) fail("--set " + arg + ": the key before '=' is empty; expected KEY=VALUE, e.g. --set trainer.max_epochs=3");
   const std::vector<Segment> segments = parse_override_key(arg, key);
+  if (text.empty()) {
+    fail("--set " + arg + ": the value after '=' is empty (for an empty string write --set " + key + "='\"\"')");
+  }
 
   toml::table holder = parse_override_value(text);
   toml::node* value = holder.get("v");

@@ -204,8 +204,8 @@ void check_unique_ids(const std::vector<const LoadedPlugin*>& plugins, const std
   for (const LoadedPlugin* p : plugins) {
     auto [it, inserted] = seen.emplace(p->id(), p->slot);
     if (!inserted)
-      throw InputError(manifest + ": plugin id '" + p->id() + "' is used by both [" + it->second +
-                       "] and [" + p->slot + "]; each plugin of a run needs its own id");
+      throw InputError(manifest + " [" + p->slot + "]: plugin id '" + p->id() + "' is already used by [" +
+                       it->second + "]; each plugin of a run needs its own id");
   }
 }
 

@@ -102,23 +102,25 @@ class Batch {
 // What a data module returns from get_batch.
 using TensorMap = std::vector<std::pair<std::string, at::Tensor>>;
 
+// An error the host already made (e.g. by a failing service); the boundary
+// returns it as-is instead of wrapping it in a new one.
+struct HostError {
+  kiln_error* error;
+};
+
 // Plugin state for checkpoints: named blobs of bytes.
 class StateWriter {
  public:
   StateWriter(const kiln_host* host, kiln_state_writer* writer) : host_(host), writer_(writer) {}
   void write(const std::string& key, const std::string& bytes) {
     if (kiln_error* e = host_->state_write(host_, writer_, key.c_str(), bytes.data(), bytes.size()))
-      throw HostError(e);
+      throw HostError{e};
   }
   void write_tensor(const std::string& key, const at::Tensor& tensor) {
     std::ostringstream out;
     torch::save(tensor, out);
     write(key, out.str());
   }
-  // An error the host already made; rethrown as-is through the boundary.
-  struct HostError {
-    kiln_error* error;
-  };
 
  private:
   const kiln_host* host_;
@@ -243,7 +245,7 @@ kiln_error* guarded(const kiln_host* host, F&& body) noexcept {
   try {
     body();
     return nullptr;
-  } catch (const StateWriter::HostError& e) {
+  } catch (const HostError& e) {
     return e.error;
   } catch (const c10::Error& e) {
     return host->error_new(host, e.what_without_backtrace());
@@ -430,7 +432,7 @@ kiln_error* get_batch(kiln_instance* i, kiln_split split, const int64_t* indices
     batch = host->batch_new(host);
     for (auto& [name, tensor] : tensors) {
       if (kiln_error* e = host->batch_put(host, batch, name.c_str(), release_tensor(std::move(tensor))))
-        throw StateWriter::HostError{e};
+        throw HostError{e};
     }
   });
   if (error) {

@@ -1,0 +1,43 @@
+// kiln_plugins/checks.hpp — range checks for plugin config values. The SDK
+// checks types; these check meaning, with one-line errors that name the plugin
+// and the key so the user knows which manifest line to fix.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kiln/config.hpp"
+
+namespace kiln_plugins {
+
+inline int64_t positive(const char* plugin, const std::string& key, int64_t value) {
+  if (value <= 0)
+    throw kiln::ConfigError(std::string(plugin) + ": '" + key + "' must be positive, got " +
+                            std::to_string(value));
+  return value;
+}
+
+inline int64_t non_negative(const char* plugin, const std::string& key, int64_t value) {
+  if (value < 0)
+    throw kiln::ConfigError(std::string(plugin) + ": '" + key + "' must be 0 or more, got " +
+                            std::to_string(value));
+  return value;
+}
+
+inline double non_negative(const char* plugin, const std::string& key, double value) {
+  if (!(value >= 0.0) || std::isinf(value))
+    throw kiln::ConfigError(std::string(plugin) + ": '" + key +
+                            "' must be a finite number >= 0, got " + std::to_string(value));
+  return value;
+}
+
+// A dropout rate: 1 would zero every activation, so it is excluded.
+inline double dropout_rate(const char* plugin, const std::string& key, double value) {
+  if (!(value >= 0.0 && value < 1.0))
+    throw kiln::ConfigError(std::string(plugin) + ": '" + key + "' must be in [0, 1), got " +
+                            std::to_string(value));
+  return value;
+}
+
+}  // namespace kiln_plugins

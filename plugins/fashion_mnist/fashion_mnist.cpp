@@ -1,0 +1,138 @@
+// kiln.fashion_mnist — Fashion-MNIST from the gzipped IDX files, held in
+// memory. Batches are "input" float32 ([N, 784], or [N, 1, 28, 28] when not
+// flattened) and "target" int64 class labels in [0, 10).
+//
+// [data]
+// path = "kiln_fashion_mnist"
+// root = "/usr/share/datasets/fashion-mnist"   # where the four .gz files are
+// val_size = 5000       # the last val_size training images; 0 = no val split
+// normalize = false     # true: (x/255 - 0.2860) / 0.3530; false: x/255
+// flatten = true
+//
+// Splits: train = the first 60000 - val_size images of the training file,
+// val = the rest, test = the t10k file, predict = test.
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "idx_reader.hpp"
+#include "kiln/plugin.hpp"
+#include "kiln_plugins/checks.hpp"
+
+namespace {
+
+constexpr const char* kId = "kiln.fashion_mnist";
+constexpr int64_t kSide = 28;
+constexpr int64_t kClasses = 10;
+// Mean and standard deviation of the training images' pixels, scaled to [0, 1].
+constexpr double kMean = 0.2860;
+constexpr double kStd = 0.3530;
+
+// One split: images stay uint8 (a quarter of the memory of float32) and are
+// converted per batch, which costs little next to a training step.
+struct SplitData {
+  at::Tensor images;  // uint8 [N, 28, 28]
+  at::Tensor labels;  // int64 [N]
+};
+
+class FashionMnist final : public kiln::DataModule {
+ public:
+  FashionMnist(const kiln::Host& host, kiln::Config& config) : DataModule(host) {
+    root_ = config.get<std::string>("root", "/usr/share/datasets/fashion-mnist");
+    val_size_ = kiln_plugins::non_negative(kId, "val_size", config.get<int64_t>("val_size", 5000));
+    normalize_ = config.get<bool>("normalize", false);
+    flatten_ = config.get<bool>("flatten", true);
+  }
+
+  // Everything is loaded whatever the stage (about a second): length() is
+  // then right for every split, e.g. for a test run after fit.
+  void setup(kiln::Stage) override {
+    SplitData full = load("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz");
+    const int64_t total = full.labels.size(0);
+    if (val_size_ >= total)
+      throw kiln::ConfigError(std::string(kId) + ": val_size " + std::to_string(val_size_) +
+                              " leaves no training images (the training file has " +
+                              std::to_string(total) + "); use a smaller val_size");
+    const int64_t train_size = total - val_size_;
+    train_ = {full.images.narrow(0, 0, train_size), full.labels.narrow(0, 0, train_size)};
+    val_ = {full.images.narrow(0, train_size, val_size_), full.labels.narrow(0, train_size, val_size_)};
+    test_ = load("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz");
+    host().debug("train " + std::to_string(train_size) + ", val " + std::to_string(val_size_) +
+                 ", test " + std::to_string(test_.labels.size(0)) + " images from " + root_);
+  }
+
+  void teardown(kiln::Stage, bool) override { train_ = val_ = test_ = SplitData{}; }
+
+  int64_t length(kiln::Split split) override {
+    const SplitData& data = select(split);
+    return data.labels.defined() ? data.labels.size(0) : 0;
+  }
+
+  // Read-only on tensors fixed in setup, hence KILN_DATA_CONCURRENT_GET_BATCH.
+  kiln::TensorMap get_batch(kiln::Split split, const int64_t* indices, size_t count) override {
+    const SplitData& data = select(split);
+    const int64_t size = data.labels.defined() ? data.labels.size(0) : 0;
+    for (size_t i = 0; i < count; ++i)
+      if (indices[i] < 0 || indices[i] >= size)
+        throw std::out_of_range(std::string(kId) + ": sample index " + std::to_string(indices[i]) +
+                                " is out of range for a split of " + std::to_string(size));
+    const int64_t n = static_cast<int64_t>(count);
+    // index_select copies, so the borrowed indices need not outlive this call.
+    const at::Tensor index =
+        torch::from_blob(const_cast<int64_t*>(indices), {n}, torch::TensorOptions(torch::kLong));
+
+    at::Tensor input = data.images.index_select(0, index).to(torch::kFloat).div_(255.0);
+    if (normalize_) input.sub_(kMean).div_(kStd);
+    input = flatten_ ? input.reshape({n, kSide * kSide}) : input.reshape({n, 1, kSide, kSide});
+    return {{"input", input}, {"target", data.labels.index_select(0, index)}};
+  }
+
+ private:
+  const SplitData& select(kiln::Split split) const {
+    switch (split) {
+      case kiln::Split::train: return train_;
+      case kiln::Split::val: return val_;
+      case kiln::Split::test:
+      case kiln::Split::predict: return test_;
+    }
+    throw std::invalid_argument(std::string(kId) + ": unknown split " +
+                                std::to_string(static_cast<int>(split)));
+  }
+
+  SplitData load(const std::string& images_file, const std::string& labels_file) const {
+    const std::string images_path = root_ + "/" + images_file;
+    const std::string labels_path = root_ + "/" + labels_file;
+    SplitData data;
+    try {
+      data.images = kiln_fashion_mnist::read_idx(images_path, kiln_fashion_mnist::kIdxImagesMagic);
+      if (data.images.dim() != 3 || data.images.size(1) != kSide || data.images.size(2) != kSide)
+        throw kiln_fashion_mnist::IdxError("'" + images_path + "' does not hold 28x28 images");
+      data.labels = kiln_fashion_mnist::read_idx(labels_path, kiln_fashion_mnist::kIdxLabelsMagic)
+                        .to(torch::kLong);
+      if (data.labels.size(0) != data.images.size(0))
+        throw kiln_fashion_mnist::IdxError(
+            "'" + labels_path + "' has " + std::to_string(data.labels.size(0)) + " labels but '" +
+            images_path + "' has " + std::to_string(data.images.size(0)) + " images");
+      if (data.labels.numel() > 0 && data.labels.max().item<int64_t>() >= kClasses)
+        throw kiln_fashion_mnist::IdxError("'" + labels_path + "' has labels outside 0..9");
+    } catch (const kiln_fashion_mnist::IdxError& e) {
+      throw std::runtime_error(std::string(kId) + ": " + e.what() +
+                               "; install the Debian package dataset-fashion-mnist or set 'root' "
+                               "in the [data] table to a directory with the four Fashion-MNIST .gz files");
+    }
+    return data;
+  }
+
+  std::string root_;
+  int64_t val_size_ = 0;
+  bool normalize_ = false;
+  bool flatten_ = true;
+  SplitData train_, val_, test_;
+};
+
+}  // namespace
+
+KILN_EXPORT_PLUGINS(kiln::describe<FashionMnist>(
+    {kId, "Fashion-MNIST", "0.1.0", "Fashion-MNIST images and labels from the IDX files, in memory",
+     KILN_DATA_CONCURRENT_GET_BATCH}))

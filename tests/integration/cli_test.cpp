@@ -1,0 +1,83 @@
+// The `kiln` command line: help, version, inspect, overrides, and bad input
+// that exits 2 without touching the disk.
+#include <gtest/gtest.h>
+
+#include "common.hpp"
+
+namespace kiln::test {
+namespace {
+
+TEST(Cli, VersionNamesAbiAndLibTorch) {
+  const ProcessResult r = kiln({"--version"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("kiln 0.1.0 (ABI 1.0, LibTorch "), std::string::npos) << r.output;
+}
+
+TEST(Cli, HelpListsTheCommands) {
+  const ProcessResult r = kiln({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* command : {"fit", "validate", "test", "predict", "inspect"})
+    EXPECT_NE(r.output.find(command), std::string::npos) << command;
+}
+
+TEST(Cli, UnknownCommandIsBadInput) {
+  EXPECT_EQ(kiln({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(kiln({}).exit_code, 2);
+}
+
+TEST(Cli, InspectAPluginLibrary) {
+  const ProcessResult r = kiln({"inspect", (plugin_dir() / "libkiln_mlp.so").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kiln.mlp"), std::string::npos);
+  EXPECT_NE(r.output.find("kind:          model"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ABI:           1.0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training_step"), std::string::npos) << r.output;
+}
+
+TEST(Cli, InspectAManifestResolvesEveryPlugin) {
+  TempDir dir;
+  const ProcessResult r = kiln({"inspect", synthetic_manifest(dir).string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[model] kiln.mlp"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[data] kiln.synthetic"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("concurrent get_batch"), std::string::npos) << r.output;
+}
+
+TEST(Cli, UnknownManifestKeyExits2WithLocationAndSuggestion) {
+  TempDir dir;
+  const auto manifest = synthetic_manifest(dir, "\n[scheduler]\nnmae = \"step\"\n");
+  const ProcessResult r = kiln({"fit", manifest.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("run.toml:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("did you mean 'name'?"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+}
+
+TEST(Cli, UnknownPluginKeyIsRefusedWithSuggestion) {
+  TempDir dir;
+  const auto manifest = synthetic_manifest(dir);
+  const ProcessResult r = kiln({"fit", manifest.string(), "--set", "model.hiden=[8]"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("failed in create"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("'hiden' (did you mean 'hidden'?)"), std::string::npos) << r.output;
+}
+
+TEST(Cli, SetOverridesAnyKey) {
+  TempDir dir;
+  const auto manifest = synthetic_manifest(dir);
+  const ProcessResult r = kiln({"fit", manifest.string(), "--set", "trainer.max_epochs=1", "--set",
+                                "run.dir=" + (dir / "other").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_metrics(dir / "other" / "metrics.csv");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at("epoch"), 0);
+}
+
+TEST(Cli, MissingManifestExits2) {
+  const ProcessResult r = kiln({"fit", "/nonexistent/run.toml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("run.toml"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace kiln::test

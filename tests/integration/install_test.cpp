@@ -1,0 +1,46 @@
+// kiln is really an SDK: install it to a prefix, build the out-of-tree
+// example against it with find_package(Kiln) and kiln_add_plugin(), and train
+// with the installed kiln.
+#include <gtest/gtest.h>
+
+#include "common.hpp"
+
+namespace kiln::test {
+namespace {
+
+TEST(Install, OutOfTreePluginBuildsAgainstTheInstalledSdkAndTrains) {
+  TempDir dir("kiln-install");
+  const auto prefix = dir / "prefix";
+  const auto build = dir / "build";
+  const std::string cmake = KILN_TEST_CMAKE;
+  const ProcessOptions slow{.timeout = std::chrono::seconds(900)};
+
+  ProcessResult r = run_process({cmake, "--install", KILN_TEST_BUILD_DIR, "--prefix", prefix.string()}, slow);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(prefix / "include" / "kiln" / "abi.h"));
+  ASSERT_TRUE(std::filesystem::exists(prefix / "bin" / "kiln"));
+
+  r = run_process({cmake, "-S", (source_dir() / "examples" / "out_of_tree").string(), "-B", build.string(),
+                   "-DCMAKE_BUILD_TYPE=Release",
+                   "-DCMAKE_PREFIX_PATH=" + prefix.string() + ";" + std::string(KILN_TEST_TORCH_DIR)},
+                  slow);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_process({cmake, "--build", build.string(), "-j2"}, slow);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto plugin = build / "libmy_logreg.so";
+  ASSERT_TRUE(std::filesystem::exists(plugin)) << r.output;
+
+  // The installed kiln finds its installed plugins (kiln_synthetic) by name.
+  r = run_process({(prefix / "bin" / "kiln").string(), "fit",
+                   (source_dir() / "examples" / "out_of_tree" / "run.toml").string(), "--set",
+                   "model.path=" + plugin.string(), "--set", "run.dir=" + (dir / "run").string(), "--set",
+                   "trainer.progress=none"},
+                  slow);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_metrics(dir / "run" / "metrics.csv");
+  ASSERT_FALSE(rows.empty());
+  EXPECT_GT(last_value(rows, "val/acc"), 0.8) << r.output;
+}
+
+}  // namespace
+}  // namespace kiln::test

@@ -1,0 +1,132 @@
+// Test plugins that record every hook call they receive and fail on demand.
+//
+// One library, three plugins (a model, a data module and a callback), so the
+// lifecycle tests can inject a failure at any hook of any kind and compare the
+// recorded call sequence with docs/hooks.md. Config keys (all kinds):
+//   log        file the calls are appended to, one "label:hook" per line
+//   label      prefix of this plugin's lines (default: the kind)
+//   fail_at    list of hooks that throw "injected failure in <hook>"
+// Each line is appended with O_APPEND and closed at once, so a log survives
+// whatever happens to the process afterwards.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <set>
+#include <string>
+
+#include <kiln/plugin.hpp>
+
+namespace {
+
+class Recorder {
+ public:
+  Recorder(kiln::Config& config, const std::string& kind)
+      : log_(config.get<std::string>("log", "")), label_(config.get<std::string>("label", kind)) {
+    for (const auto& hook : config.get_list<std::string>("fail_at", {})) fail_at_.insert(hook);
+  }
+
+  // Records the call, then fails if asked to.
+  void hook(const std::string& name) const {
+    record(name);
+    if (fail_at_.count(name)) throw std::runtime_error("injected failure in " + name);
+  }
+  void record(const std::string& text) const {
+    if (log_.empty()) return;
+    const std::string line = label_ + ":" + text + "\n";
+    const int fd = ::open(log_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    (void)!::write(fd, line.data(), line.size());
+    ::close(fd);
+  }
+
+ private:
+  std::string log_;
+  std::string label_;
+  std::set<std::string> fail_at_;
+};
+
+// The lifecycle hooks every kind shares, recorded the same way for all.
+template <class Base>
+class Recording : public Base {
+ public:
+  Recording(const kiln::Host& host, kiln::Config& config, const std::string& kind)
+      : Base(host), recorder_(config, kind) {
+    recorder_.hook("create");
+  }
+  ~Recording() override { recorder_.record("destroy"); }
+  void setup(kiln::Stage) override { recorder_.hook("setup"); }
+  void teardown(kiln::Stage, bool failed) override {
+    recorder_.record(std::string("teardown(failed=") + (failed ? "1" : "0") + ")");
+    recorder_.hook("teardown");
+  }
+  void on_exception(const kiln::ExceptionInfo& info) override {
+    recorder_.record("on_exception(" + info.plugin_id + "/" + info.hook + ")");
+    recorder_.hook("on_exception");
+  }
+
+ protected:
+  Recorder recorder_;
+};
+
+class RecorderModel : public Recording<kiln::Model> {
+ public:
+  RecorderModel(const kiln::Host& host, kiln::Config& config)
+      : Recording(host, config, "model"), net_(torch::nn::Linear(config.get<int64_t>("features", 4), 2)) {}
+  torch::nn::Module& module() override {
+    recorder_.hook("parameters");
+    return *net_;
+  }
+  at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
+    recorder_.hook("training_step");
+    return torch::nn::functional::cross_entropy(net_->forward(batch["input"]), batch["target"]);
+  }
+  void validation_step(const kiln::Batch& batch, int64_t) override {
+    recorder_.hook("validation_step");
+    host().log_metric("val/loss", torch::nn::functional::cross_entropy(net_->forward(batch["input"]), batch["target"]).item<double>());
+  }
+  void test_step(const kiln::Batch&, int64_t) override { recorder_.hook("test_step"); }
+
+ private:
+  torch::nn::Linear net_;
+};
+
+class RecorderData : public Recording<kiln::DataModule> {
+ public:
+  RecorderData(const kiln::Host& host, kiln::Config& config)
+      : Recording(host, config, "data"), size_(config.get<int64_t>("size", 16)), features_(config.get<int64_t>("features", 4)) {}
+  void prepare_data() override { recorder_.hook("prepare_data"); }
+  int64_t length(kiln::Split) override {
+    recorder_.hook("length");
+    return size_;
+  }
+  kiln::TensorMap get_batch(kiln::Split, const int64_t* indices, size_t count) override {
+    recorder_.hook("get_batch");
+    auto index = torch::from_blob(const_cast<int64_t*>(indices), {static_cast<int64_t>(count)}, torch::kLong).clone();
+    auto input = (index.to(torch::kFloat).unsqueeze(1) / size_).repeat({1, features_});
+    return {{"input", input}, {"target", index.remainder(2)}};
+  }
+
+ private:
+  int64_t size_;
+  int64_t features_;
+};
+
+class RecorderCallback : public Recording<kiln::Callback> {
+ public:
+  RecorderCallback(const kiln::Host& host, kiln::Config& config) : Recording(host, config, "callback") {}
+  void on_fit_start(const kiln_progress&) override { recorder_.hook("on_fit_start"); }
+  void on_fit_end(const kiln_progress&) override { recorder_.hook("on_fit_end"); }
+  void on_train_epoch_start(const kiln_progress&) override { recorder_.hook("on_train_epoch_start"); }
+  void on_train_epoch_end(const kiln_progress&) override { recorder_.hook("on_train_epoch_end"); }
+  void on_train_batch_end(const kiln_progress&) override { recorder_.hook("on_train_batch_end"); }
+  void on_validation_start(const kiln_progress&) override { recorder_.hook("on_validation_start"); }
+  void on_validation_end(const kiln_progress&) override { recorder_.hook("on_validation_end"); }
+  void on_test_end(const kiln_progress&) override { recorder_.hook("on_test_end"); }
+};
+
+}  // namespace
+
+KILN_EXPORT_PLUGINS(kiln::describe<RecorderModel>({"test.recorder_model", "recorder model", "1"}),
+                    kiln::describe<RecorderData>({"test.recorder_data", "recorder data", "1"}),
+                    kiln::describe<RecorderCallback>({"test.recorder_callback", "recorder callback", "1"}))

@@ -1,0 +1,56 @@
+// Runs a real child process for integration tests: captures stdout+stderr,
+// enforces a timeout (a bound against hangs, never a performance check) and
+// reports the exit code or the signal that ended it.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln::test {
+
+struct ProcessResult {
+  int exit_code = -1;     // valid when !signaled
+  int signal = 0;         // the signal that ended the process, if any
+  bool timed_out = false;
+  std::string output;     // stdout and stderr, interleaved
+  double seconds = 0;
+};
+
+struct ProcessOptions {
+  std::filesystem::path cwd;                       // empty = inherit
+  std::map<std::string, std::string> env;          // added to the environment
+  std::chrono::seconds timeout{300};
+};
+
+ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});
+
+// A fresh directory under the system temp dir, removed on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "kiln-test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_file(const std::filesystem::path& file, const std::string& text);
+std::string read_file(const std::filesystem::path& file);
+
+// Paths of the build under test (set by tests/CMakeLists.txt).
+std::filesystem::path kiln_exe();
+std::filesystem::path plugin_dir();       // shipped plugins
+std::filesystem::path test_plugin_dir();  // plugins built only for tests
+std::filesystem::path source_dir();
+
+// Runs `kiln <args...>`.
+ProcessResult kiln(const std::vector<std::string>& args, const ProcessOptions& options = {});
+
+}  // namespace kiln::test

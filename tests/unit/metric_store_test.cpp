@@ -1,0 +1,51 @@
+#include "metrics/metric_store.hpp"
+
+#include <gtest/gtest.h>
+
+#include "kiln/abi.h"
+
+namespace kiln {
+namespace {
+
+TEST(MetricStore, WeightedMeanCountsEverySampleOnce) {
+  MetricStore store;
+  // Two full batches of 4 and a partial batch of 2: the epoch accuracy is the
+  // sample accuracy, not the mean of batch accuracies.
+  store.record("val/acc", 1.0, 4, KILN_METRIC_REDUCE_MEAN);
+  store.record("val/acc", 0.5, 4, KILN_METRIC_REDUCE_MEAN);
+  store.record("val/acc", 0.0, 2, KILN_METRIC_REDUCE_MEAN);
+  const auto reduced = store.reduce();
+  EXPECT_DOUBLE_EQ(reduced.at("val/acc"), 6.0 / 10.0);
+  EXPECT_DOUBLE_EQ(*store.latest("val/acc"), 0.6);
+}
+
+TEST(MetricStore, SumMaxMin) {
+  MetricStore store;
+  for (double v : {3.0, -1.0, 2.0}) {
+    store.record("s", v, 1, KILN_METRIC_REDUCE_SUM);
+    store.record("hi", v, 1, KILN_METRIC_REDUCE_MAX);
+    store.record("lo", v, 1, KILN_METRIC_REDUCE_MIN);
+  }
+  const auto r = store.reduce();
+  EXPECT_DOUBLE_EQ(r.at("s"), 4.0);
+  EXPECT_DOUBLE_EQ(r.at("hi"), 3.0);
+  EXPECT_DOUBLE_EQ(r.at("lo"), -1.0);
+}
+
+TEST(MetricStore, ReduceStartsAFreshEpochButKeepsLatest) {
+  MetricStore store;
+  store.record("train/loss", 2.0, 1, 0);
+  store.reduce();
+  EXPECT_TRUE(store.reduce().empty());
+  EXPECT_DOUBLE_EQ(*store.latest("train/loss"), 2.0);
+  EXPECT_FALSE(store.latest("missing").has_value());
+}
+
+TEST(MetricStore, RefusesTwoReductionsForOneMetric) {
+  MetricStore store;
+  store.record("m", 1.0, 1, KILN_METRIC_REDUCE_SUM);
+  EXPECT_THROW(store.record("m", 1.0, 1, KILN_METRIC_REDUCE_MAX), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,59 @@
+#include <gtest/gtest.h>
+
+#include "train/optim.hpp"
+
+namespace kiln {
+namespace {
+
+TEST(LrSchedule, StepDecaysEveryStepSize) {
+  SchedulerConfig c;
+  c.name = "step";
+  c.step_size = 2;
+  c.gamma = 0.5;
+  LrSchedule s(c, 1.0, 10);
+  EXPECT_DOUBLE_EQ(s.lr(0), 1.0);
+  EXPECT_DOUBLE_EQ(s.lr(1), 1.0);
+  EXPECT_DOUBLE_EQ(s.lr(2), 0.5);
+  EXPECT_DOUBLE_EQ(s.lr(5), 0.25);
+}
+
+TEST(LrSchedule, CosineGoesFromBaseToEtaMin) {
+  SchedulerConfig c;
+  c.name = "cosine";
+  c.eta_min = 0.1;
+  LrSchedule s(c, 1.0, 10);  // t_max = 0: the whole run
+  EXPECT_DOUBLE_EQ(s.lr(0), 1.0);
+  EXPECT_NEAR(s.lr(5), 0.55, 1e-12);
+  EXPECT_NEAR(s.lr(10), 0.1, 1e-12);
+  EXPECT_NEAR(s.lr(20), 0.1, 1e-12);
+}
+
+TEST(LrSchedule, LinearWarmupRampsThenHolds) {
+  SchedulerConfig c;
+  c.name = "linear_warmup";
+  c.warmup_steps = 4;
+  c.warmup_start_factor = 0.0;
+  LrSchedule s(c, 2.0, 100);
+  EXPECT_DOUBLE_EQ(s.lr(0), 0.0);
+  EXPECT_DOUBLE_EQ(s.lr(2), 1.0);
+  EXPECT_DOUBLE_EQ(s.lr(4), 2.0);
+  EXPECT_DOUBLE_EQ(s.lr(50), 2.0);
+}
+
+TEST(LrSchedule, AppliesToTheOptimizer) {
+  SchedulerConfig c;
+  c.name = "step";
+  c.step_size = 1;
+  c.gamma = 0.1;
+  LrSchedule s(c, 1.0, 10);
+  auto w = torch::zeros({2}, torch::requires_grad());
+  OptimizerConfig oc;
+  oc.name = "sgd";
+  oc.lr = 1.0;
+  auto optimizer = make_optimizer(oc, {w});
+  s.apply(*optimizer, 2);
+  EXPECT_NEAR(optimizer->param_groups()[0].options().get_lr(), 0.01, 1e-15);
+}
+
+}  // namespace
+}  // namespace kiln
