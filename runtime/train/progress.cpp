@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include <spdlog/spdlog.h>
@@ -27,8 +28,12 @@ void Progress::begin(const std::string& label, int64_t total_batches) {
 void Progress::step(int64_t batch_index, double loss) {
   const int64_t done = batch_index + 1;
   if (mode_ == Mode::lines) {
-    if (every_ > 0 && (done % every_ == 0 || done == total_))
-      spdlog::info("{} batch {}/{} loss {:.4f}", label_, done, total_, loss);
+    if (every_ > 0 && (done % every_ == 0 || done == total_)) {
+      if (std::isnan(loss))
+        spdlog::info("{} batch {}/{}", label_, done, total_);
+      else
+        spdlog::info("{} batch {}/{} loss {:.4f}", label_, done, total_, loss);
+    }
     return;
   }
   if (mode_ != Mode::bar) return;
@@ -42,8 +47,9 @@ void Progress::step(int64_t batch_index, double loss) {
   const int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
   std::string bar(filled, '#');
   bar.resize(width, '.');
-  std::fprintf(stderr, "\r%s [%s] %lld/%lld loss %.4f %.1f it/s ", label_.c_str(), bar.c_str(),
-               static_cast<long long>(done), static_cast<long long>(total_), loss,
+  const std::string loss_text = std::isnan(loss) ? "" : fmt::format(" loss {:.4f}", loss);
+  std::fprintf(stderr, "\r%s [%s] %lld/%lld%s %.1f it/s ", label_.c_str(), bar.c_str(),
+               static_cast<long long>(done), static_cast<long long>(total_), loss_text.c_str(),
                elapsed > 0 ? done / elapsed : 0.0);
   std::fflush(stderr);
   drawn_ = true;

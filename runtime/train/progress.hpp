@@ -17,6 +17,7 @@ class Progress {
 
   Progress(Mode mode, int64_t log_every_n_steps);
   void begin(const std::string& label, int64_t total_batches);
+  // `loss` NaN: none to show (evaluation).
   void step(int64_t batch_index, double loss);
   void end();
 

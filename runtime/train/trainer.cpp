@@ -223,6 +223,12 @@ class Run final : public RunServices {
     }
     spdlog::info("model '{}': {} parameter tensors ({} values), {} buffers", model().id(), visit.params.size(),
                  count, visit.buffers.size());
+    if (spdlog::should_log(spdlog::level::debug)) {
+      // A like-for-like marker: bench/ compares it with a hand-written loop.
+      double sum = 0;
+      for (auto& [name, tensor] : visit.params) sum += tensor.sum().item<double>();
+      spdlog::debug("initial parameter sum {:.6f}", sum);
+    }
   }
 
   int64_t length(kiln_split split) {
@@ -241,7 +247,11 @@ class Run final : public RunServices {
     const int64_t n = length(split);
     const int64_t available = options.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
     options.max_batches = limit.apply(available);
-    return Prefetcher(data(), split, plan_epoch(options, epoch, n), m_.trainer.prefetch_threads,
+    BatchPlan plan = plan_epoch(options, epoch, n);
+    if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
+      spdlog::debug("epoch 0 order starts {} {} {} {} {}", plan.indices[0], plan.indices[1], plan.indices[2],
+                    plan.indices[3], plan.indices[4]);
+    return Prefetcher(data(), split, std::move(plan), m_.trainer.prefetch_threads,
                       m_.trainer.prefetch_depth);
   }
 

@@ -1,0 +1,112 @@
+// The reference training benchmark (shared/bench-definition.md) as a plain,
+// hand-written LibTorch loop: what kiln's overhead is measured against.
+//
+//   bench_hand_loop <mlp256|mlp32> <threads> [data_dir]
+//
+// Prints the like-for-like markers (initial parameter sum, first indices of
+// epoch 0's permutation, last-batch loss, test accuracy) and one line per
+// timed epoch, in the same words as bench/run.sh parses from kiln.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include "idx_reader.hpp"
+
+namespace {
+
+struct Data {
+  torch::Tensor train_x, train_y, test_x, test_y;
+};
+
+Data load(const std::string& dir) {
+  using namespace kiln_fashion_mnist;
+  auto images = [&](const char* name) {
+    return read_idx(dir + "/" + name, kIdxImagesMagic).to(torch::kFloat).div_(255).reshape({-1, 784});
+  };
+  auto labels = [&](const char* name) { return read_idx(dir + "/" + name, kIdxLabelsMagic).to(torch::kLong); };
+  return {images("train-images-idx3-ubyte.gz"), labels("train-labels-idx1-ubyte.gz"),
+          images("t10k-images-idx3-ubyte.gz"), labels("t10k-labels-idx1-ubyte.gz")};
+}
+
+torch::nn::Sequential make_model(const std::vector<int64_t>& widths) {
+  torch::nn::Sequential net;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    net->push_back(torch::nn::Linear(widths[i], widths[i + 1]));
+    if (i + 2 < widths.size()) net->push_back(torch::nn::ReLU());
+  }
+  return net;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s <mlp256|mlp32> <threads> [data_dir]\n", argv[0]);
+    return 2;
+  }
+  const std::string which = argv[1];
+  const int threads = std::stoi(argv[2]);
+  const std::string dir = argc > 3 ? argv[3] : "/usr/share/datasets/fashion-mnist";
+  const std::vector<int64_t> widths = which == "mlp32" ? std::vector<int64_t>{784, 32, 10}
+                                                       : std::vector<int64_t>{784, 256, 128, 10};
+  const int64_t batch = which == "mlp32" ? 32 : 128;
+  at::set_num_threads(threads);
+  const Data data = load(dir);
+  const int64_t n = data.train_x.size(0);
+
+  auto train_epoch = [&](torch::nn::Sequential& model, torch::optim::Optimizer& optimizer, const torch::Tensor& order,
+                         int64_t max_batches, double* last_loss) {
+    const int64_t batches = std::min<int64_t>(max_batches, (n + batch - 1) / batch);
+    for (int64_t b = 0; b < batches; ++b) {
+      const auto index = order.slice(0, b * batch, std::min<int64_t>(n, (b + 1) * batch));
+      const auto x = data.train_x.index_select(0, index);
+      const auto y = data.train_y.index_select(0, index);
+      optimizer.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+      loss.backward();
+      optimizer.step();
+      if (last_loss) *last_loss = loss.item<double>();
+    }
+    return batches;
+  };
+
+  {  // Warm-up on a throw-away model: 50 batches.
+    torch::manual_seed(0);
+    auto model = make_model(widths);
+    torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+    at::Generator g = at::detail::createCPUGenerator(0);
+    train_epoch(model, optimizer, torch::randperm(n, g, torch::kLong), 50, nullptr);
+  }
+
+  torch::manual_seed(0);
+  auto model = make_model(widths);
+  double sum = 0;
+  for (const auto& p : model->parameters()) sum += p.sum().item<double>();
+  std::printf("initial parameter sum %.6f\n", sum);
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+  at::Generator generator = at::detail::createCPUGenerator(0);
+  double last_loss = 0;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    const auto order = torch::randperm(n, generator, torch::kLong);
+    if (epoch == 0) {
+      std::printf("epoch 0 order starts");
+      for (int i = 0; i < 5; ++i) std::printf(" %lld", static_cast<long long>(order[i].item<int64_t>()));
+      std::printf("\n");
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const int64_t steps = train_epoch(model, optimizer, order, INT64_MAX, &last_loss);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("epoch %d seconds %.4f samples/s %.0f us/step %.1f\n", epoch, seconds, n / seconds,
+                1e6 * seconds / steps);
+  }
+  std::printf("last batch loss %.6f\n", last_loss);
+  torch::NoGradGuard no_grad;
+  const auto predicted = model->forward(data.test_x).argmax(1);
+  std::printf("test accuracy %.4f\n", predicted.eq(data.test_y).to(torch::kDouble).mean().item<double>());
+  return 0;
+}
