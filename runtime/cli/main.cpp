@@ -16,6 +16,8 @@
 #include <spdlog/spdlog.h>
 
 #include "config/manifest.hpp"
+#include "dist/launch_env.hpp"
+#include "dist/supervisor.hpp"
 #include "plugin/loader.hpp"
 #include "train/trainer.hpp"
 #include "util/errors.hpp"
@@ -108,14 +110,38 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
   return kiln::kExitOk;
 }
 
-int run_command(kiln::Command command, const std::string& manifest_file, const std::vector<std::string>& overrides,
-                const std::atomic<int>* signal) {
+int run_command(kiln::Command command, const std::string& manifest_file, std::vector<std::string> overrides,
+                int processes, const std::vector<std::string>& argv, const std::atomic<int>* signal) {
+  if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
   const kiln::Manifest manifest =
       kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
   spdlog::set_level(spdlog::level::from_str(manifest.run.log_level));
+  // Every plugin is checked here, once, before any worker starts.
   kiln::Loader loader;
   kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
-  const kiln::RunOutcome outcome = kiln::run(manifest, command, std::move(plugins), signal);
+
+  const std::optional<kiln::DistEnv> launched = kiln::detect_launcher(kiln::process_environment());
+  if (!launched && manifest.distributed.processes > 1) {
+    kiln::SupervisorOptions options;
+    options.processes = static_cast<int>(manifest.distributed.processes);
+    options.argv = argv;
+    options.master_addr = manifest.distributed.master_addr;
+    options.master_port = static_cast<int>(manifest.distributed.master_port);
+    // A worker blocked on a stopped peer fails its collective after the
+    // timeout; a stopped worker itself is caught by its silent heartbeat.
+    options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(manifest.distributed.timeout_s * 1000));
+    const kiln::SupervisorResult result = kiln::supervise(options, signal);
+    if (result.exit_code != 0) std::cerr << "kiln: error: " << result.report << std::endl;
+    return result.exit_code;
+  }
+  if (launched && launched->world_size > 1) {
+    // Lightning prints from rank 0; other ranks say only what is wrong.
+    spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launched->rank));
+    if (launched->rank != 0 && manifest.run.log_level != "debug") spdlog::set_level(spdlog::level::warn);
+  }
+  kiln::Heartbeat heartbeat;  // evidence of life for kiln's supervisor, if it started us
+  const kiln::RunOutcome outcome =
+      kiln::run(manifest, command, std::move(plugins), signal, launched ? &*launched : nullptr);
   if (!outcome.failure) return kiln::kExitOk;
   std::cerr << "kiln: error: " << outcome.failure->report << std::endl;
   return outcome.failure->reason == KILN_FAILURE_INTERRUPTED ? kiln::kExitInterrupted : kiln::kExitFailure;
@@ -137,6 +163,7 @@ int main(int argc, char** argv) {
 
   std::string manifest;
   std::vector<std::string> overrides;
+  int processes = 0;
   struct Spec {
     const char* name;
     const char* help;
@@ -155,6 +182,9 @@ int main(int argc, char** argv) {
     sub->add_option("--set", overrides, "override a manifest key, e.g. --set trainer.max_epochs=3")
         ->take_all()
         ->allow_extra_args(false);
+    sub->add_option("--processes,-n", processes,
+                    "start this many worker processes on this machine (overrides distributed.processes)")
+        ->check(CLI::PositiveNumber);
     commands.emplace_back(sub, s.command);
   }
   std::string target;
@@ -173,7 +203,9 @@ int main(int argc, char** argv) {
   try {
     if (inspect_cmd->parsed()) return inspect(target, overrides);
     for (const auto& [sub, command] : commands)
-      if (sub->parsed()) return run_command(command, manifest, overrides, signals.signal());
+      if (sub->parsed())
+        return run_command(command, manifest, overrides, processes, std::vector<std::string>(argv, argv + argc),
+                           signals.signal());
   } catch (const kiln::InputError& e) {
     std::cerr << "kiln: error: " << e.what() << std::endl;
     return kiln::kExitBadInput;

@@ -1,6 +1,8 @@
 #include "metrics/metric_store.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <sstream>
 #include <stdexcept>
 
 #include "kiln/abi.h"
@@ -13,6 +15,7 @@ void MetricStore::record(const std::string& name, double value, double weight, u
   auto [it, inserted] = pending_.try_emplace(name);
   Accumulator& a = it->second;
   if (inserted) {
+    a.flags = flags;
     a.reduce = reduce;
     a.extreme = value;
   } else if (a.reduce != reduce) {
@@ -25,19 +28,81 @@ void MetricStore::record(const std::string& name, double value, double weight, u
   if (reduce == KILN_METRIC_REDUCE_MIN) a.extreme = std::min(a.extreme, value);
 }
 
+double MetricStore::value_of(const Accumulator& a) {
+  switch (a.reduce) {
+    case KILN_METRIC_REDUCE_SUM: return a.sum;
+    case KILN_METRIC_REDUCE_MAX:
+    case KILN_METRIC_REDUCE_MIN: return a.extreme;
+    default: return a.weight > 0 ? a.sum / a.weight : 0.0;
+  }
+}
+
 std::map<std::string, double> MetricStore::reduce() {
   std::map<std::string, double> out;
+  for (const auto& [name, a] : pending_) out[name] = latest_[name] = value_of(a);
+  pending_.clear();
+  return out;
+}
+
+std::string MetricStore::export_pending() const {
+  // One line a metric; %a keeps doubles exact across the text round trip.
+  std::string out;
+  char line[512];
   for (const auto& [name, a] : pending_) {
-    double value = 0;
-    switch (a.reduce) {
-      case KILN_METRIC_REDUCE_SUM: value = a.sum; break;
-      case KILN_METRIC_REDUCE_MAX:
-      case KILN_METRIC_REDUCE_MIN: value = a.extreme; break;
-      default: value = a.weight > 0 ? a.sum / a.weight : 0.0; break;
-    }
-    out[name] = value;
-    latest_[name] = value;
+    if (a.flags & KILN_METRIC_RANK_ZERO_ONLY) continue;
+    std::snprintf(line, sizeof line, "%u %a %a %a %lld ", a.reduce, a.sum, a.weight, a.extreme,
+                  static_cast<long long>(a.count));
+    out += line + name + "\n";
   }
+  return out;
+}
+
+std::map<std::string, double> MetricStore::reduce_merged(const std::vector<std::string>& per_rank,
+                                                         std::vector<std::string>* missing) {
+  std::map<std::string, Accumulator> merged;
+  std::map<std::string, std::vector<size_t>> holders;
+  for (size_t rank = 0; rank < per_rank.size(); ++rank) {
+    std::istringstream in(per_rank[rank]);
+    for (std::string line; std::getline(in, line);) {
+      unsigned reduce = 0;
+      double sum = 0, weight = 0, extreme = 0;
+      long long count = 0;
+      int consumed = 0;
+      if (std::sscanf(line.c_str(), "%u %la %la %la %lld %n", &reduce, &sum, &weight, &extreme, &count, &consumed) < 5)
+        continue;
+      const std::string name = line.substr(static_cast<size_t>(consumed));
+      auto [it, inserted] = merged.try_emplace(name);
+      Accumulator& a = it->second;
+      if (inserted) {
+        a.reduce = reduce;
+        a.extreme = extreme;
+      }
+      a.sum += sum;
+      a.weight += weight;
+      a.count += count;
+      if (reduce == KILN_METRIC_REDUCE_MAX) a.extreme = std::max(a.extreme, extreme);
+      if (reduce == KILN_METRIC_REDUCE_MIN) a.extreme = std::min(a.extreme, extreme);
+      holders[name].push_back(rank);
+    }
+  }
+  std::map<std::string, double> out;
+  for (const auto& [name, a] : merged) {
+    out[name] = latest_[name] = value_of(a);
+    const auto& have = holders[name];
+    if (missing && have.size() != per_rank.size()) {
+      std::string with, without;
+      for (size_t r = 0, h = 0; r < per_rank.size(); ++r) {
+        const bool has = h < have.size() && have[h] == r;
+        if (has) ++h;
+        (has ? with : without) += (has ? with : without).empty() ? std::to_string(r) : ", " + std::to_string(r);
+      }
+      missing->push_back("metric '" + name + "' was recorded on rank(s) " + with + " only; reduced over those " +
+                         "(rank(s) " + without + " recorded none: log it on every rank, or flag it rank-zero-only)");
+    }
+  }
+  // Rank-zero-only metrics never left this rank: reduce them locally.
+  for (const auto& [name, a] : pending_)
+    if (a.flags & KILN_METRIC_RANK_ZERO_ONLY) out[name] = latest_[name] = value_of(a);
   pending_.clear();
   return out;
 }

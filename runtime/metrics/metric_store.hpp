@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln {
 
@@ -20,15 +21,26 @@ class MetricStore {
   // latest values. Returns the reduced metrics.
   std::map<std::string, double> reduce();
 
+  // Distributed reduction: every rank exports what it recorded since the last
+  // reduce (metrics flagged rank-zero-only stay local), the host gathers the
+  // texts, and every rank merges all of them in rank order, so all ranks get
+  // the same values. A metric some ranks did not record is reduced over the
+  // ranks that have it; `missing` receives one line naming those without it.
+  std::string export_pending() const;
+  std::map<std::string, double> reduce_merged(const std::vector<std::string>& per_rank,
+                                              std::vector<std::string>* missing);
+
   std::optional<double> latest(const std::string& name) const;
   const std::map<std::string, double>& latest() const { return latest_; }
 
  private:
   struct Accumulator {
+    uint32_t flags = 0;
     uint32_t reduce = 0;
     double sum = 0, weight = 0, extreme = 0;
     int64_t count = 0;
   };
+  static double value_of(const Accumulator& a);
   std::map<std::string, Accumulator> pending_;
   std::map<std::string, double> latest_;
 };

@@ -28,6 +28,24 @@ BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t lengt
     plan.indices.resize(length);
     std::iota(plan.indices.begin(), plan.indices.end(), int64_t{0});
   }
+  if (options.world_size > 1) {
+    const int64_t world = options.world_size;
+    std::vector<int64_t> order = std::move(plan.indices);
+    if (options.equal_shards) {
+      const int64_t per_rank = options.drop_last ? length / world : (length + world - 1) / world;
+      const int64_t total = per_rank * world;
+      for (int64_t i = length; i < total; ++i) order.push_back(order[(i - length) % length]);
+      order.resize(total);
+    }
+    plan.indices.clear();
+    for (size_t i = static_cast<size_t>(options.rank); i < order.size(); i += static_cast<size_t>(world))
+      plan.indices.push_back(order[i]);
+    length = static_cast<int64_t>(plan.indices.size());
+    if (length == 0) {
+      plan.offsets.push_back(0);
+      return plan;
+    }
+  }
   int64_t batches = options.drop_last ? length / options.batch_size
                                       : (length + options.batch_size - 1) / options.batch_size;
   if (options.max_batches >= 0 && options.max_batches < batches) batches = options.max_batches;

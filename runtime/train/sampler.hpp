@@ -12,7 +12,7 @@
 
 namespace kiln {
 
-// Sample indices of one epoch, cut into batches.
+// Sample indices of one epoch (this rank's shard), cut into batches.
 struct BatchPlan {
   std::vector<int64_t> indices;  // concatenated batches
   std::vector<size_t> offsets;   // batch b is indices[offsets[b] .. offsets[b+1])
@@ -27,6 +27,15 @@ struct SamplerOptions {
   bool drop_last = false;
   int64_t batch_size = 1;
   int64_t max_batches = -1;  // -1 = all
+  // Sharding, as PyTorch's DistributedSampler: rank r takes every world-th
+  // sample of the epoch's order, starting at r.
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  // Training: every rank must run the same number of batches (each one is a
+  // collective), so the order is padded by repeating its start (or, with
+  // drop_last, cut) to a multiple of world_size. Evaluation: no padding, so
+  // every sample is counted exactly once; ranks may run different batch counts.
+  bool equal_shards = true;
 };
 
 BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t length);

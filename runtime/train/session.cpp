@@ -77,11 +77,13 @@ void Session::cleanup(kiln_stage stage, const Failure& failure) {
   for (PluginInstance* p : cleanup_order()) p->destroy();
 }
 
-std::optional<Failure> Session::run(kiln_stage stage, bool prepare_data, const std::function<void()>& body) {
+std::optional<Failure> Session::run(kiln_stage stage, bool prepare_data, const std::function<void()>& after_prepare,
+                                    const std::function<void()>& body) {
   try {
     for (PluginInstance* p : creation_order()) p->create();
     if (prepare_data && data_->plugin().data_hooks().prepare_data)
       data_->check(data_->plugin().data_hooks().prepare_data(data_->instance()), "prepare_data");
+    if (after_prepare) after_prepare();
     for (PluginInstance* p : creation_order()) p->setup(stage);
     body();
     for (PluginInstance* p : cleanup_order()) p->teardown(stage, /*failed=*/false);

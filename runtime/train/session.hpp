@@ -50,9 +50,12 @@ class Session {
   Session(std::vector<std::unique_ptr<PluginInstance>> callbacks, std::unique_ptr<PluginInstance> data,
           std::unique_ptr<PluginInstance> model, int32_t rank);
 
-  // Runs the whole lifecycle around `body`. Returns the first failure, or
-  // nothing when every hook succeeded. Never throws.
-  std::optional<Failure> run(kiln_stage stage, bool prepare_data, const std::function<void()>& body);
+  // Runs the whole lifecycle around `body`. `prepare_data` says whether this
+  // process calls the data module's prepare_data (local rank 0 only);
+  // `after_prepare` runs next on every rank (the barrier). Returns the first
+  // failure, or nothing when every hook succeeded. Never throws.
+  std::optional<Failure> run(kiln_stage stage, bool prepare_data, const std::function<void()>& after_prepare,
+                             const std::function<void()>& body);
 
   PluginInstance& model() { return *model_; }
   PluginInstance& data() { return *data_; }

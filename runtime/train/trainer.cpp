@@ -6,6 +6,8 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -13,6 +15,8 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "dist/grad_sync.hpp"
+#include "dist/process_group.hpp"
 #include "kiln/tensor.hpp"
 #include "metrics/csv_log.hpp"
 #include "metrics/metric_store.hpp"
@@ -95,10 +99,11 @@ using CallbackHook = kiln_callback_hook kiln_callback_hooks::*;
 // Everything one run owns; the plugins reach it through RunServices.
 class Run final : public RunServices {
  public:
-  Run(const Manifest& manifest, Command command, const std::atomic<int>* signal)
+  Run(const Manifest& manifest, Command command, const std::atomic<int>* signal, const DistEnv* dist)
       : m_(manifest),
         command_(command),
         signal_(signal),
+        dist_(dist && dist->world_size > 1 ? dist : nullptr),
         device_(manifest.run.device),
         progress_(Progress::mode_from(manifest.trainer.progress), manifest.trainer.log_every_n_steps),
         csv_(manifest.run.dir / "metrics.csv") {
@@ -121,6 +126,12 @@ class Run final : public RunServices {
 
   RunOutcome execute(RunPlugins plugins) {
     configure_torch();
+    if (dist_) {
+      // The process group exists before any plugin: no plugin code can run
+      // before every rank has arrived, or launch anything itself.
+      group_ = std::make_unique<ProcessGroup>(*dist_, m_.distributed, m_.run.device);
+      spdlog::info("rank {}/{} joined the process group ({} launch)", rank(), world_size(), dist_->launcher);
+    }
     std::filesystem::create_directories(m_.run.dir);
 
     std::vector<std::unique_ptr<PluginInstance>> callbacks;
@@ -135,7 +146,9 @@ class Run final : public RunServices {
     // Seeded right before create, so model initialisation is reproducible.
     torch::manual_seed(m_.run.seed);
     RunOutcome outcome;
-    outcome.failure = session.run(stage_of(command_), /*prepare_data=*/true, [&] { body(); });
+    const bool local_zero = !dist_ || dist_->local_rank == 0;
+    outcome.failure = session.run(
+        stage_of(command_), /*prepare_data=*/local_zero, [&] { if (group_) group_->barrier(); }, [&] { body(); });
     session_ = nullptr;
     outcome.metrics = metrics_.latest();
     return outcome;
@@ -161,8 +174,8 @@ class Run final : public RunServices {
     if (!stop_requested_) spdlog::info("stop requested by '{}': {}", plugin_id, reason);
     stop_requested_ = true;
   }
-  int32_t rank() const override { return 0; }
-  int32_t world_size() const override { return 1; }
+  int32_t rank() const override { return group_ ? group_->rank() : 0; }
+  int32_t world_size() const override { return group_ ? group_->world_size() : 1; }
 
  private:
   void configure_torch() {
@@ -188,8 +201,26 @@ class Run final : public RunServices {
   PluginInstance& data() { return session_->data(); }
 
   void check_signal() const {
-    if (const int s = signal_ ? signal_->load() : 0)
-      throw RunAborted(KILN_FAILURE_INTERRUPTED, std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT"));
+    if (const int s = signal_ ? signal_->load() : 0) throw interrupted(s);
+  }
+  static RunAborted interrupted(int s) {
+    return RunAborted(KILN_FAILURE_INTERRUPTED, std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT"));
+  }
+
+  // Stop decisions (a callback's request_stop, max_steps, a signal) are taken
+  // by all ranks together in one collective, never by one rank alone: a rank
+  // that left the loop early would leave the others waiting in the next
+  // gradient all-reduce.
+  bool agree_to_stop(bool local_stop) {
+    const int s = signal_ ? signal_->load() : 0;
+    if (!group_) {
+      if (s) throw interrupted(s);
+      return local_stop;
+    }
+    at::Tensor votes = at::tensor({local_stop ? 1.0 : 0.0, s ? 1.0 : 0.0, static_cast<double>(s)}, at::kDouble);
+    group_->all_reduce_sum(votes);
+    if (votes[1].item<double>() > 0) throw interrupted(s ? s : SIGTERM);
+    return votes[0].item<double>() > 0;
   }
 
   // Parameters and buffers, placed on the run's device in place, so that the
@@ -215,10 +246,15 @@ class Run final : public RunServices {
     for (auto* list : {&visit.params, &visit.buffers})
       for (auto& [name, tensor] : *list)
         if (tensor.device() != device_) tensor.set_data(tensor.to(device_));
+    if (group_) agree_on_start(visit.params, visit.buffers);
     trainable_.clear();
+    trainable_names_.clear();
     int64_t count = 0;
     for (auto& [name, tensor] : visit.params) {
-      if (tensor.requires_grad()) trainable_.push_back(tensor);
+      if (tensor.requires_grad()) {
+        trainable_.push_back(tensor);
+        trainable_names_.push_back(name);
+      }
       count += tensor.numel();
     }
     spdlog::info("model '{}': {} parameter tensors ({} values), {} buffers", model().id(), visit.params.size(),
@@ -229,6 +265,91 @@ class Run final : public RunServices {
       for (auto& [name, tensor] : visit.params) sum += tensor.sum().item<double>();
       spdlog::debug("initial parameter sum {:.6f}", sum);
     }
+  }
+
+  // Every rank runs the same manifest, plugin builds and model shapes, or the
+  // run ends on every rank with the difference named; then rank 0's initial
+  // weights are broadcast so all ranks start equal.
+  void agree_on_start(std::vector<std::pair<std::string, at::Tensor>>& params,
+                      std::vector<std::pair<std::string, at::Tensor>>& buffers) {
+    std::vector<std::pair<std::string, std::string>> parts;
+    parts.emplace_back("manifest", m_.text);
+    std::string builds;
+    for (const PluginInstance* p : all_plugins())
+      builds += p->plugin().slot + " " + p->id() + " " + (p->plugin().descriptor->version ? p->plugin().descriptor->version : "") +
+                " " + file_digest(p->plugin().path) + "\n";
+    parts.emplace_back("plugin builds", builds);
+    std::string shapes;
+    for (auto* list : {&params, &buffers})
+      for (auto& [name, t] : *list) shapes += name + " " + shape_text(t) + " " + std::string(c10::toString(t.scalar_type())) + "\n";
+    parts.emplace_back("model parameters", shapes);
+
+    std::string mine;
+    for (auto& [what, text] : parts) mine += what + "\x1f" + text + "\x1e";
+    const std::vector<std::string> all = group_->all_gather_text(mine);
+    for (int r = 1; r < world_size(); ++r) {
+      if (all[r] == all[0]) continue;
+      // Name the first thing that differs, in the words of the two ranks.
+      auto split = [](const std::string& blob) {
+        std::vector<std::pair<std::string, std::string>> out;
+        size_t at = 0;
+        while (at < blob.size()) {
+          const size_t unit = blob.find('\x1f', at), record = blob.find('\x1e', unit);
+          out.emplace_back(blob.substr(at, unit - at), blob.substr(unit + 1, record - unit - 1));
+          at = record + 1;
+        }
+        return out;
+      };
+      const auto a = split(all[0]), b = split(all[r]);
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        if (a[i].second == b[i].second) continue;
+        std::istringstream la(a[i].second), lb(b[i].second);
+        std::string x, y;
+        while (true) {
+          const bool more_a = static_cast<bool>(std::getline(la, x)), more_b = static_cast<bool>(std::getline(lb, y));
+          if (!more_a) x = "(nothing)";
+          if (!more_b) y = "(nothing)";
+          if (x != y || (!more_a && !more_b)) break;
+        }
+        throw std::runtime_error(fmt::format("ranks 0 and {} differ in their {}: rank 0 has '{}', rank {} has '{}'; "
+                                             "every rank must run the same manifest, plugins and model",
+                                             r, a[i].first, x, r, y));
+      }
+    }
+    std::vector<at::Tensor> tensors;
+    for (auto* list : {&params, &buffers})
+      for (auto& [name, t] : *list) tensors.push_back(t);
+    {
+      torch::NoGradGuard no_grad;
+      group_->broadcast(tensors, 0);
+    }
+    spdlog::debug("start-up agreement: {} ranks agree; rank 0's weights broadcast", world_size());
+  }
+
+  static std::string shape_text(const at::Tensor& t) {
+    std::string out = "[";
+    for (int64_t d = 0; d < t.dim(); ++d) out += (d ? "," : "") + std::to_string(t.size(d));
+    return out + "]";
+  }
+
+  // FNV-1a of the file's bytes: two ranks with different builds of a plugin
+  // are caught even when id and version agree.
+  static std::string file_digest(const std::filesystem::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    uint64_t h = 1469598103934665603ull;
+    char buffer[1 << 16];
+    while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+      for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buffer[i])) * 1099511628211ull;
+    }
+    return fmt::format("{:016x}", h);
+  }
+
+  std::vector<const PluginInstance*> all_plugins() {
+    std::vector<const PluginInstance*> out;
+    for (const auto& c : session_->callbacks()) out.push_back(c.get());
+    out.push_back(&data());
+    out.push_back(&model());
+    return out;
   }
 
   int64_t length(kiln_split split) {
@@ -244,8 +365,15 @@ class Run final : public RunServices {
     options.shuffle = shuffle;
     options.drop_last = split == KILN_SPLIT_TRAIN && m_.trainer.drop_last;
     options.batch_size = batch_size;
+    options.rank = rank();
+    options.world_size = split == KILN_SPLIT_PREDICT ? 1 : world_size();
+    options.equal_shards = split == KILN_SPLIT_TRAIN;
     const int64_t n = length(split);
-    const int64_t available = options.drop_last ? n / batch_size : (n + batch_size - 1) / batch_size;
+    const int64_t shard = options.world_size == 1 ? n
+                          : options.equal_shards
+                              ? (options.drop_last ? n / options.world_size : (n + options.world_size - 1) / options.world_size)
+                              : (n - options.rank + options.world_size - 1) / options.world_size;
+    const int64_t available = options.drop_last ? shard / batch_size : (shard + batch_size - 1) / batch_size;
     options.max_batches = limit.apply(available);
     BatchPlan plan = plan_epoch(options, epoch, n);
     if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
@@ -283,9 +411,27 @@ class Run final : public RunServices {
       if (kiln_callback_hook fn = cb->plugin().callback_hooks().*hook) cb->check(fn(cb->instance(), &p), name);
   }
 
+  // A fixed point where every rank reduces: plugins only ever record.
   std::map<std::string, double> reduce_metrics() {
-    std::lock_guard<std::mutex> lock(metrics_mutex_);
-    return metrics_.reduce();
+    if (!group_) {
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      return metrics_.reduce();
+    }
+    std::string mine;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      mine = metrics_.export_pending();
+    }
+    const std::vector<std::string> all = group_->all_gather_text(mine);
+    std::vector<std::string> missing;
+    std::map<std::string, double> out;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      out = metrics_.reduce_merged(all, &missing);
+    }
+    for (const auto& line : missing)
+      if (warned_metrics_.insert(line).second) spdlog::warn("{}", line);
+    return out;
   }
 
   // --- fit ----------------------------------------------------------------
@@ -295,9 +441,12 @@ class Run final : public RunServices {
     const int64_t train_batches = [&] {
       const int64_t n = length(KILN_SPLIT_TRAIN);
       if (n == 0) throw HookError(data().id(), "data", "length", "the train split is empty; `kiln fit` needs samples");
-      const int64_t available = t.drop_last ? n / t.batch_size : (n + t.batch_size - 1) / t.batch_size;
+      const int64_t w = world_size();
+      const int64_t shard = t.drop_last ? n / w : (n + w - 1) / w;
+      const int64_t available = t.drop_last ? shard / t.batch_size : (shard + t.batch_size - 1) / t.batch_size;
       return limit_train_.apply(available);
     }();
+    if (group_) grad_sync_ = std::make_unique<GradSync>(*group_, trainable_, trainable_names_);
     const int64_t steps_per_epoch = (train_batches + t.accumulate_grad_batches - 1) / t.accumulate_grad_batches;
     const bool per_step = m_.scheduler.interval == "step";
     int64_t total_periods = per_step ? (max_steps_ > 0 ? max_steps_ : steps_per_epoch * std::max<int64_t>(max_epochs_, 1))
@@ -330,10 +479,10 @@ class Run final : public RunServices {
       row["epoch"] = static_cast<double>(epoch);
       row["step"] = static_cast<double>(global_step_);
       row["epoch_seconds"] = seconds;
-      csv_.append(row);
+      if (rank() == 0) csv_.append(row);
 
       if (!per_step) schedule.apply(*optimizer, epoch + 1);
-      if (stop_requested_ || (max_steps_ >= 0 && global_step_ >= max_steps_)) {
+      if (agree_to_stop(stop_requested_) || (max_steps_ >= 0 && global_step_ >= max_steps_)) {
         ++epoch;
         break;
       }
@@ -345,7 +494,7 @@ class Run final : public RunServices {
       auto metrics = evaluate(KILN_SPLIT_TEST, &kiln_model_hooks::test_step, false, epoch);
       metrics["epoch"] = static_cast<double>(epoch - 1);
       metrics["step"] = static_cast<double>(global_step_);
-      csv_.append(metrics);
+      if (rank() == 0) csv_.append(metrics);
     }
   }
 
@@ -359,12 +508,14 @@ class Run final : public RunServices {
     progress_.begin(fmt::format("epoch {}", epoch), n);
     optimizer.zero_grad();
     for (int64_t b = 0; b < n; ++b) {
-      check_signal();
+      if (!group_) check_signal();  // distributed: agreed on below, with the others
       BatchPtr batch = loader.next();
       to_device(*batch);
       const int64_t rows = batch_rows(*batch);
-      samples_this_epoch_ += rows;
+      samples_this_epoch_ += rows * world_size();
+      const bool boundary = (b + 1) % accumulate == 0 || b + 1 == n;
 
+      if (grad_sync_) grad_sync_->before_forward();
       kiln_tensor* handle = nullptr;
       model().check(hooks.training_step(model().instance(), batch.get(), b, &handle), "training_step");
       if (handle == nullptr) throw HookError(model().id(), "model", "training_step", "returned no loss");
@@ -377,11 +528,13 @@ class Run final : public RunServices {
                         "the loss does not require grad (was it computed under NoGradGuard or detached?)");
       const double value = loss.item<double>();
       record_metric("kiln", "train/loss", value, static_cast<double>(rows), KILN_METRIC_REDUCE_MEAN);
-      (accumulate > 1 ? loss / static_cast<double>(accumulate) : loss).backward();
-      loss = at::Tensor();
+      at::Tensor scaled = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
+      if (grad_sync_) grad_sync_->before_backward(scaled, /*sync=*/boundary);
+      scaled.backward();
+      scaled = loss = at::Tensor();
       batch.reset();
 
-      if ((b + 1) % accumulate == 0 || b + 1 == n) {
+      if (boundary) {
         clip_gradients();
         optimizer.step();
         optimizer.zero_grad();
@@ -391,7 +544,11 @@ class Run final : public RunServices {
                        progress(KILN_STAGE_FIT, epoch, b));
       }
       progress_.step(b, value);
-      if (stop_requested_ || (max_steps_ >= 0 && global_step_ >= max_steps_)) break;
+      const bool stop = boundary ? agree_to_stop(stop_requested_) : (group_ ? false : stop_requested_.load());
+      if (stop || (max_steps_ >= 0 && global_step_ >= max_steps_)) {
+        stop_requested_ = stop_requested_ || stop;
+        break;
+      }
     }
     progress_.end();
   }
@@ -444,7 +601,7 @@ class Run final : public RunServices {
       auto row = metrics;
       row["epoch"] = 0;
       row["step"] = static_cast<double>(global_step_);
-      csv_.append(row);
+      if (rank() == 0) csv_.append(row);
     }
     return metrics;
   }
@@ -472,6 +629,7 @@ class Run final : public RunServices {
       progress_.end();
     }
     if (outputs.empty()) throw HookError(data().id(), "data", "length", "the predict split is empty");
+    if (rank() != 0) return;  // predict is not sharded: rank 0 writes the whole split
     const at::Tensor all = at::cat(outputs);
     const std::vector<char> bytes = torch::pickle_save(all);
     const auto file = m_.run.dir / "predictions.pt";
@@ -482,6 +640,7 @@ class Run final : public RunServices {
   const Manifest& m_;
   Command command_;
   const std::atomic<int>* signal_;
+  const DistEnv* dist_;  // nullptr unless world size > 1
   at::Device device_;
   Progress progress_;
   CsvLog csv_;
@@ -491,7 +650,11 @@ class Run final : public RunServices {
   MetricStore metrics_;
   std::atomic<bool> stop_requested_{false};
 
+  std::unique_ptr<ProcessGroup> group_;
+  std::unique_ptr<GradSync> grad_sync_;
+  std::set<std::string> warned_metrics_;
   std::vector<at::Tensor> trainable_;
+  std::vector<std::string> trainable_names_;
   int64_t max_epochs_, max_steps_;
   BatchLimit limit_train_, limit_val_, limit_test_;
   int64_t global_step_ = 0;
@@ -500,8 +663,9 @@ class Run final : public RunServices {
 
 }  // namespace
 
-RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal) {
-  Run run(manifest, command, signal);
+RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal,
+               const DistEnv* dist) {
+  Run run(manifest, command, signal, dist);
   return run.execute(std::move(plugins));
 }
 

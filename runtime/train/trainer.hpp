@@ -8,6 +8,7 @@
 #include <string>
 
 #include "config/manifest.hpp"
+#include "dist/launch_env.hpp"
 #include "plugin/loader.hpp"
 #include "train/session.hpp"
 
@@ -33,7 +34,10 @@ struct RunOutcome {
 };
 
 // `signal` is set (to the signal number) by the CLI when SIGINT/SIGTERM
-// arrives; the loop checks it at every step boundary.
-RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal);
+// arrives; the loop checks it at every step boundary. `dist` is this
+// process's place in a distributed run (nullptr: a single process); with a
+// world size above 1 the process group is created before any plugin.
+RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal,
+               const DistEnv* dist);
 
 }  // namespace kiln

@@ -1,0 +1,55 @@
+// The run's process group: c10d's TCPStore rendezvous and ProcessGroupGloo
+// (NCCL for CUDA devices when LibTorch has it), created by the host before
+// any plugin exists. Every collective carries the manifest's timeout. The ABI
+// gives plugins no way to reach this object.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include "config/manifest.hpp"
+#include "dist/launch_env.hpp"
+
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
+namespace kiln {
+
+class ProcessGroup {
+ public:
+  // Rendezvous with the other ranks; throws std::runtime_error naming the
+  // address and timeout when they do not all arrive in time.
+  ProcessGroup(const DistEnv& env, const DistributedConfig& config, const std::string& device);
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  bool is_local_zero() const { return local_rank_ == 0; }
+  const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  void barrier();
+  // In place, from `root` to every rank.
+  void broadcast(std::vector<at::Tensor>& tensors, int root);
+  // In place, summed over ranks.
+  void all_reduce_sum(at::Tensor& tensor);
+  // Every rank's `text`, indexed by rank. Goes through the store, so it works
+  // for values of any length and never depends on tensor shapes agreeing.
+  std::vector<std::string> all_gather_text(const std::string& text);
+
+ private:
+  int rank_, world_size_, local_rank_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  uint64_t gather_round_ = 0;
+};
+
+}  // namespace kiln
