@@ -296,8 +296,9 @@ static kiln_error* blobs_setup(kiln_instance* instance, kiln_stage stage) {
   free(centroids);
   if (!ok) {
     free_splits(self);
-    return fail(self->host, "out of memory generating the data; lower train_size, val_size, "
-                            "test_size or features");
+    return fail(self->host,
+                "out of memory generating the data; lower train_size, val_size, "
+                "test_size or features");
   }
   return NULL;
 }

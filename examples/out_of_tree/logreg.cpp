@@ -64,6 +64,6 @@ class LogisticRegression final : public kiln::Model {
 
 }  // namespace
 
-KILN_EXPORT_PLUGINS(kiln::describe<LogisticRegression>(
-    {"example.logreg", "Logistic regression (example)", "1.0.0",
-     "One Linear layer and cross-entropy, built out of tree"}))
+KILN_EXPORT_PLUGINS(
+    kiln::describe<LogisticRegression>({"example.logreg", "Logistic regression (example)", "1.0.0",
+                                        "One Linear layer and cross-entropy, built out of tree"}))

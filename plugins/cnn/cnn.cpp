@@ -69,12 +69,14 @@ class Cnn final : public kiln_plugins::Classifier {
     const int64_t n = input.size(0);
     const int64_t per_sample = in_channels_ * image_size_ * image_size_;
     if (input.numel() != n * per_sample)
-      throw std::runtime_error(std::string(kId) + ": each input sample has " +
-                               std::to_string(n ? input.numel() / n : 0) + " values but in_channels x " +
-                               "image_size^2 = " + std::to_string(per_sample) +
-                               "; set in_channels and image_size in the [model] table to match the data");
+      throw std::runtime_error(
+          std::string(kId) + ": each input sample has " +
+          std::to_string(n ? input.numel() / n : 0) + " values but in_channels x " +
+          "image_size^2 = " + std::to_string(per_sample) +
+          "; set in_channels and image_size in the [model] table to match the data");
     at::Tensor x = input.reshape({n, in_channels_, image_size_, image_size_});
-    for (auto& conv : convs_) x = torch::max_pool2d(torch::relu(conv->forward(x)), /*kernel_size=*/2);
+    for (auto& conv : convs_)
+      x = torch::max_pool2d(torch::relu(conv->forward(x)), /*kernel_size=*/2);
     x = torch::relu(fc1_->forward(x.flatten(/*start_dim=*/1)));
     if (dropout_ > 0.0) x = torch::dropout(x, dropout_, net_.is_training());
     return fc2_->forward(x);
@@ -92,5 +94,5 @@ class Cnn final : public kiln_plugins::Classifier {
 
 }  // namespace
 
-KILN_EXPORT_PLUGINS(kiln::describe<Cnn>({kId, "CNN", "0.1.0",
-                                         "Small convolutional image classifier (conv-relu-pool blocks)"}))
+KILN_EXPORT_PLUGINS(kiln::describe<Cnn>(
+    {kId, "CNN", "0.1.0", "Small convolutional image classifier (conv-relu-pool blocks)"}))

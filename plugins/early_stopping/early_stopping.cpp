@@ -45,20 +45,28 @@ class EarlyStopping final : public kiln::Callback {
  public:
   EarlyStopping(const kiln::Host& host, kiln::Config& config) : Callback(host) {
     monitor_ = config.get<std::string>("monitor", "val/loss");
-    if (monitor_.empty()) throw kiln::ConfigError(std::string(kId) + ": 'monitor' must name a metric");
+    if (monitor_.empty())
+      throw kiln::ConfigError(std::string(kId) + ": 'monitor' must name a metric");
     const std::string mode = config.get<std::string>("mode", "min");
-    if (mode == "min") mode_ = Mode::min;
-    else if (mode == "max") mode_ = Mode::max;
-    else throw kiln::ConfigError(std::string(kId) + ": 'mode' must be \"min\" or \"max\", not \"" + mode + "\"");
+    if (mode == "min")
+      mode_ = Mode::min;
+    else if (mode == "max")
+      mode_ = Mode::max;
+    else
+      throw kiln::ConfigError(std::string(kId) + ": 'mode' must be \"min\" or \"max\", not \"" +
+                              mode + "\"");
     patience_ = kiln_plugins::positive(kId, "patience", config.get<int64_t>("patience", 3));
     min_delta_ = kiln_plugins::non_negative(kId, "min_delta", config.get<double>("min_delta", 0.0));
     const std::string check_on = config.get<std::string>("check_on", "validation_end");
-    if (check_on == "validation_end") check_on_ = CheckOn::validation_end;
-    else if (check_on == "train_epoch_end") check_on_ = CheckOn::train_epoch_end;
+    if (check_on == "validation_end")
+      check_on_ = CheckOn::validation_end;
+    else if (check_on == "train_epoch_end")
+      check_on_ = CheckOn::train_epoch_end;
     else
-      throw kiln::ConfigError(std::string(kId) +
-                              ": 'check_on' must be \"validation_end\" or \"train_epoch_end\", not \"" +
-                              check_on + "\"");
+      throw kiln::ConfigError(
+          std::string(kId) +
+          ": 'check_on' must be \"validation_end\" or \"train_epoch_end\", not \"" + check_on +
+          "\"");
   }
 
   void on_validation_end(const kiln_progress& progress) override {
@@ -83,7 +91,8 @@ class EarlyStopping final : public kiln::Callback {
       return;
     }
     if (const auto best = reader.read("best")) best_ = parse<double>("best", *best);
-    if (const auto bad = reader.read("bad_checks")) bad_checks_ = parse<int64_t>("bad_checks", *bad);
+    if (const auto bad = reader.read("bad_checks"))
+      bad_checks_ = parse<int64_t>("bad_checks", *bad);
   }
 
  private:
@@ -93,7 +102,8 @@ class EarlyStopping final : public kiln::Callback {
     const std::optional<double> value = host().metric(monitor_);
     if (!value) {
       if (!warned_missing_)
-        host().warn("metric '" + monitor_ + "' has not been recorded; early stopping does nothing " +
+        host().warn("metric '" + monitor_ +
+                    "' has not been recorded; early stopping does nothing " +
                     "until it is (check 'monitor', and that the model logs it)");
       warned_missing_ = true;
       return;
@@ -122,13 +132,16 @@ class EarlyStopping final : public kiln::Callback {
     try {
       size_t used = 0;
       T value;
-      if constexpr (std::is_floating_point_v<T>) value = std::stod(text, &used);
-      else value = std::stoll(text, &used);
+      if constexpr (std::is_floating_point_v<T>)
+        value = std::stod(text, &used);
+      else
+        value = std::stoll(text, &used);
       if (used == text.size()) return value;
     } catch (const std::exception&) {
     }
-    throw std::runtime_error(std::string(kId) + ": checkpoint state '" + key + "' is not a number (\"" +
-                             text + "\"); the checkpoint is corrupt or from another plugin");
+    throw std::runtime_error(std::string(kId) + ": checkpoint state '" + key +
+                             "' is not a number (\"" + text +
+                             "\"); the checkpoint is corrupt or from another plugin");
   }
 
   std::string monitor_;

@@ -56,7 +56,8 @@ class FashionMnist final : public kiln::DataModule {
                               std::to_string(total) + "); use a smaller val_size");
     const int64_t train_size = total - val_size_;
     train_ = {full.images.narrow(0, 0, train_size), full.labels.narrow(0, 0, train_size)};
-    val_ = {full.images.narrow(0, train_size, val_size_), full.labels.narrow(0, train_size, val_size_)};
+    val_ = {full.images.narrow(0, train_size, val_size_),
+            full.labels.narrow(0, train_size, val_size_)};
     test_ = load("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz");
     host().debug("train " + std::to_string(train_size) + ", val " + std::to_string(val_size_) +
                  ", test " + std::to_string(test_.labels.size(0)) + " images from " + root_);
@@ -117,9 +118,10 @@ class FashionMnist final : public kiln::DataModule {
       if (data.labels.numel() > 0 && data.labels.max().item<int64_t>() >= kClasses)
         throw kiln_fashion_mnist::IdxError("'" + labels_path + "' has labels outside 0..9");
     } catch (const kiln_fashion_mnist::IdxError& e) {
-      throw std::runtime_error(std::string(kId) + ": " + e.what() +
-                               "; install the Debian package dataset-fashion-mnist or set 'root' "
-                               "in the [data] table to a directory with the four Fashion-MNIST .gz files");
+      throw std::runtime_error(
+          std::string(kId) + ": " + e.what() +
+          "; install the Debian package dataset-fashion-mnist or set 'root' "
+          "in the [data] table to a directory with the four Fashion-MNIST .gz files");
     }
     return data;
   }

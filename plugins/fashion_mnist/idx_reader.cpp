@@ -57,15 +57,17 @@ at::Tensor read_idx(const std::string& path, uint32_t expected_magic) {
   errno = 0;
   // gzopen reads an uncompressed file transparently, so unpacked copies work too.
   GzFile file(gzopen(path.c_str(), "rb"));
-  if (!file) fail(path, std::string("could not be opened: ") + (errno ? std::strerror(errno) : "out of memory"));
+  if (!file)
+    fail(path,
+         std::string("could not be opened: ") + (errno ? std::strerror(errno) : "out of memory"));
   gzbuffer(file.get(), 1 << 17);
 
   unsigned char word[4];
   if (!read_exactly(file.get(), path, word, 4)) fail(path, "is empty or truncated (no IDX header)");
   const uint32_t magic = big_endian(word);
   if (magic != expected_magic)
-    fail(path, "is not the expected IDX file (magic number " + std::to_string(magic) + ", expected " +
-                   std::to_string(expected_magic) + ")");
+    fail(path, "is not the expected IDX file (magic number " + std::to_string(magic) +
+                   ", expected " + std::to_string(expected_magic) + ")");
 
   const int ndims = static_cast<int>(magic & 0xFFu);
   std::vector<int64_t> shape;

@@ -27,7 +27,8 @@ class Mlp final : public kiln_plugins::Classifier {
     using kiln_plugins::positive;
     in_features_ = positive(kId, "in_features", config.get<int64_t>("in_features", 784));
     std::vector<int64_t> widths = config.get_list<int64_t>("hidden", {256, 128});
-    for (size_t i = 0; i < widths.size(); ++i) positive(kId, "hidden[" + std::to_string(i) + "]", widths[i]);
+    for (size_t i = 0; i < widths.size(); ++i)
+      positive(kId, "hidden[" + std::to_string(i) + "]", widths[i]);
     widths.push_back(positive(kId, "classes", config.get<int64_t>("classes", 10)));
     dropout_ = kiln_plugins::dropout_rate(kId, "dropout", config.get<double>("dropout", 0.0));
 
@@ -49,10 +50,10 @@ class Mlp final : public kiln_plugins::Classifier {
   at::Tensor forward(const at::Tensor& input) override {
     at::Tensor x = input.reshape({input.size(0), -1});
     if (x.size(1) != in_features_)
-      throw std::runtime_error(std::string(kId) + ": input has " + std::to_string(x.size(1)) +
-                               " features per sample but in_features = " +
-                               std::to_string(in_features_) +
-                               "; set in_features in the [model] table to match the data");
+      throw std::runtime_error(
+          std::string(kId) + ": input has " + std::to_string(x.size(1)) +
+          " features per sample but in_features = " + std::to_string(in_features_) +
+          "; set in_features in the [model] table to match the data");
     for (size_t i = 0; i < layers_.size(); ++i) {
       x = layers_[i]->forward(x);
       if (i + 1 == layers_.size()) break;

@@ -60,7 +60,8 @@ class Synthetic final : public kiln::DataModule {
   }
 
   void setup(kiln::Stage) override {
-    at::Generator centroid_gen = at::make_generator<at::CPUGeneratorImpl>(stream_seed(seed_, kCentroids));
+    at::Generator centroid_gen =
+        at::make_generator<at::CPUGeneratorImpl>(stream_seed(seed_, kCentroids));
     const at::Tensor centroids = at::randn({classes_, features_}, centroid_gen, at::kFloat);
     train_ = generate(centroids, train_size_, kTrain);
     val_ = generate(centroids, val_size_, kVal);
@@ -83,9 +84,9 @@ class Synthetic final : public kiln::DataModule {
         throw std::out_of_range(std::string(kId) + ": sample index " + std::to_string(indices[i]) +
                                 " is out of range for a split of " + std::to_string(size));
     // index_select copies, so the borrowed indices need not outlive this call.
-    const at::Tensor index = torch::from_blob(const_cast<int64_t*>(indices),
-                                              {static_cast<int64_t>(count)},
-                                              torch::TensorOptions(torch::kLong));
+    const at::Tensor index =
+        torch::from_blob(const_cast<int64_t*>(indices), {static_cast<int64_t>(count)},
+                         torch::TensorOptions(torch::kLong));
     return {{"input", data.inputs.index_select(0, index)},
             {"target", data.labels.index_select(0, index)}};
   }

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -129,7 +130,11 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
     options.master_port = static_cast<int>(manifest.distributed.master_port);
     // A worker blocked on a stopped peer fails its collective after the
     // timeout; a stopped worker itself is caught by its silent heartbeat.
-    options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(manifest.distributed.timeout_s * 1000));
+    // A beat comes every second from a thread of its own, so only a stopped or
+    // frozen process misses them: half the collective timeout (2-10 s) lets
+    // the supervisor name it before its peers' collectives time out.
+    const double beat_s = std::clamp(manifest.distributed.timeout_s / 2, 2.0, 10.0);
+    options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(beat_s * 1000));
     const kiln::SupervisorResult result = kiln::supervise(options, signal);
     if (result.exit_code != 0) std::cerr << "kiln: error: " << result.report << std::endl;
     return result.exit_code;
@@ -144,6 +149,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
       kiln::run(manifest, command, std::move(plugins), signal, launched ? &*launched : nullptr);
   if (!outcome.failure) return kiln::kExitOk;
   std::cerr << "kiln: error: " << outcome.failure->report << std::endl;
+  heartbeat.report_failure(outcome.failure->reason != KILN_FAILURE_PEER_FAILED, outcome.failure->report);
   return outcome.failure->reason == KILN_FAILURE_INTERRUPTED ? kiln::kExitInterrupted : kiln::kExitFailure;
 }
 

@@ -1,5 +1,7 @@
 #include "dist/process_group.hpp"
 
+#include "util/errors.hpp"
+
 #include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -12,6 +14,19 @@
 namespace kiln {
 
 namespace {
+
+// Runs a collective step; any failure becomes a PeerFailure naming the step.
+template <class F>
+auto collective(const char* what, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    throw PeerFailure(std::string(what) + " failed (another rank failed or stopped responding): " +
+                      e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw PeerFailure(std::string(what) + " failed (another rank failed or stopped responding): " + e.what());
+  }
+}
 
 bool wants_nccl(const DistributedConfig& config, const std::string& device) {
   if (config.backend == "nccl") return true;
@@ -60,40 +75,48 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
 ProcessGroup::~ProcessGroup() = default;
 
 void ProcessGroup::barrier() {
-  c10d::BarrierOptions options;
-  options.timeout = timeout_;
-  group_->barrier(options)->wait(timeout_);
+  collective("barrier", [&] {
+    c10d::BarrierOptions options;
+    options.timeout = timeout_;
+    group_->barrier(options)->wait(timeout_);
+  });
 }
 
 void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
-  c10d::BroadcastOptions options;
-  options.rootRank = root;
-  options.timeout = timeout_;
-  for (auto& t : tensors) {
-    std::vector<at::Tensor> one{t};
-    group_->broadcast(one, options)->wait(timeout_);
-  }
+  collective("broadcast", [&] {
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.timeout = timeout_;
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      group_->broadcast(one, options)->wait(timeout_);
+    }
+  });
 }
 
 void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
-  std::vector<at::Tensor> one{tensor};
-  c10d::AllreduceOptions options;
-  options.reduceOp = c10d::ReduceOp::SUM;
-  options.timeout = timeout_;
-  group_->allreduce(one, options)->wait(timeout_);
+  collective("all-reduce", [&] {
+    std::vector<at::Tensor> one{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    group_->allreduce(one, options)->wait(timeout_);
+  });
 }
 
 std::vector<std::string> ProcessGroup::all_gather_text(const std::string& text) {
-  const std::string round = "gather/" + std::to_string(gather_round_++) + "/";
-  store_->set(round + std::to_string(rank_), std::vector<uint8_t>(text.begin(), text.end()));
-  std::vector<std::string> out(world_size_);
-  for (int r = 0; r < world_size_; ++r) {
-    const std::string key = round + std::to_string(r);
-    store_->wait({key}, timeout_);
-    const std::vector<uint8_t> value = store_->get(key);
-    out[r].assign(value.begin(), value.end());
-  }
-  return out;
+  return collective("all-gather through the store", [&] {
+    const std::string round = "gather/" + std::to_string(gather_round_++) + "/";
+    store_->set(round + std::to_string(rank_), std::vector<uint8_t>(text.begin(), text.end()));
+    std::vector<std::string> out(world_size_);
+    for (int r = 0; r < world_size_; ++r) {
+      const std::string key = round + std::to_string(r);
+      store_->wait({key}, timeout_);
+      const std::vector<uint8_t> value = store_->get(key);
+      out[r].assign(value.begin(), value.end());
+    }
+    return out;
+  });
 }
 
 }  // namespace kiln

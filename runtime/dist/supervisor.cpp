@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <stdexcept>
 
@@ -20,6 +22,10 @@ namespace kiln {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The heartbeat byte: a control character, so it never appears in the
+// failure line that shares the pipe.
+constexpr char kBeat = '\x06';
 
 // A free TCP port on the loopback interface, as torchrun picks one. Another
 // process could take it before rank 0 binds it; the rendezvous then fails
@@ -44,10 +50,30 @@ int free_port() {
 struct Worker {
   int rank = 0;
   pid_t pid = -1;
-  int heartbeat = -1;  // read end
+  int heartbeat = -1;  // read end: kBeat bytes, then at most one failure line
   Clock::time_point last_beat;
   bool running = false;
+  std::string message;  // what came through the pipe besides beats
 };
+
+// A failure the supervisor saw; root causes are reported before failures
+// that only echo another rank's.
+struct Observed {
+  int rank;
+  std::string cause;
+  int code;
+  bool root;
+};
+
+// The failure line a worker sent: "!<0|1> <report>\n", 1 for a root cause.
+bool parse_report(const std::string& message, bool* root, std::string* report) {
+  const size_t at = message.find('!');
+  if (at == std::string::npos || at + 2 >= message.size()) return false;
+  *root = message[at + 1] == '1';
+  *report = message.substr(at + 3);
+  while (!report->empty() && (report->back() == '\n' || report->back() == '\r')) report->pop_back();
+  return true;
+}
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
@@ -113,6 +139,7 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
   }
 
   SupervisorResult result;
+  std::vector<Observed> failures;
   bool stopping = false;
   Clock::time_point kill_at{};
   int running = options.processes;
@@ -125,10 +152,9 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
     for (auto& w : workers)
       if (w.running) ::kill(w.pid, SIGTERM);
   };
-  auto fail = [&](const Worker& w, const std::string& cause, int code) {
-    if (result.exit_code != 0) return;  // the first failure is the one reported
-    result.exit_code = code;
-    result.report = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") " + cause;
+  auto fail = [&](const Worker& w, const std::string& cause, int code, bool root) {
+    const std::string who = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") ";
+    failures.push_back({w.rank, who + cause, code, root});
     stop_all("rank " + std::to_string(w.rank) + " " + cause);
   };
 
@@ -136,37 +162,57 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
   while (running > 0) {
     for (size_t i = 0; i < workers.size(); ++i)
       fds[i] = pollfd{workers[i].running ? workers[i].heartbeat : -1, POLLIN, 0};
-    ::poll(fds.data(), fds.size(), 100);
+    ::poll(fds.data(), fds.size(), 50);
     const auto now = Clock::now();
     for (size_t i = 0; i < workers.size(); ++i) {
       if (!workers[i].running || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
-      char buffer[64];
-      if (::read(workers[i].heartbeat, buffer, sizeof buffer) > 0) workers[i].last_beat = now;
+      char buffer[4096];
+      const ssize_t n = ::read(workers[i].heartbeat, buffer, sizeof buffer);
+      if (n > 0) {
+        workers[i].last_beat = now;
+        for (ssize_t k = 0; k < n; ++k)
+          if (buffer[k] != kBeat) workers[i].message += buffer[k];
+      }
     }
-    // Reap whoever ended.
+    // Reap whoever ended. Deaths by a signal come first within one sweep: a
+    // killed rank is the cause, the peers that then failed their collective
+    // are the effect.
+    std::vector<std::pair<Worker*, int>> ended;
     for (;;) {
       int status = 0;
       const pid_t pid = ::waitpid(-1, &status, WNOHANG);
       if (pid <= 0) break;
-      for (auto& w : workers) {
-        if (w.pid != pid || !w.running) continue;
-        w.running = false;
-        --running;
-        ::close(w.heartbeat);
-        const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        if (!ok && !stopping) {
-          const int code = WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
-          fail(w, describe_status(status), code);
-        } else if (!ok) {
-          spdlog::debug("rank {} {}", w.rank, describe_status(status));
-        }
+      for (auto& w : workers)
+        if (w.pid == pid && w.running) ended.emplace_back(&w, status);
+    }
+    std::stable_sort(ended.begin(), ended.end(),
+                     [](const auto& a, const auto& b) { return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second); });
+    for (auto& [w, status] : ended) {
+      // Drain what the worker wrote last (its failure line).
+      char buffer[4096];
+      for (ssize_t n; (n = ::read(w->heartbeat, buffer, sizeof buffer)) > 0;)
+        for (ssize_t k = 0; k < n; ++k)
+          if (buffer[k] != kBeat) w->message += buffer[k];
+      w->running = false;
+      --running;
+      ::close(w->heartbeat);
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      bool root = true;
+      std::string report;
+      std::string cause = describe_status(status);
+      if (parse_report(w->message, &root, &report)) cause += ": " + report;
+      const int code = WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
+      if (stopping && !root) {
+        spdlog::debug("rank {} {}", w->rank, cause);
+        continue;
       }
+      fail(*w, cause, code, root);
     }
     if (!stopping) {
       if (const int s = signal ? signal->load() : 0) {
-        result.exit_code = 130;
-        result.report = std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT");
-        stop_all(result.report);
+        const std::string why = std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT");
+        failures.push_back({-1, why, 130, true});
+        stop_all(why);
       }
       for (auto& w : workers) {
         if (w.running && now - w.last_beat > options.heartbeat_timeout) {
@@ -174,13 +220,25 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
           ::kill(w.pid, SIGKILL);
           fail(w, "stopped responding (no heartbeat for " +
                       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - w.last_beat).count()) +
-                      " s)", 1);
+                      " s)", 1, true);
         }
       }
     } else if (now >= kill_at) {
       for (auto& w : workers)
         if (w.running) ::kill(w.pid, SIGKILL);
     }
+  }
+  // The first root cause, else the first failure of any kind.
+  const Observed* chosen = nullptr;
+  for (const auto& f : failures)
+    if (f.root) {
+      chosen = &f;
+      break;
+    }
+  if (!chosen && !failures.empty()) chosen = &failures.front();
+  if (chosen) {
+    result.exit_code = chosen->code;
+    result.report = chosen->cause;
   }
   return result;
 }
@@ -192,11 +250,19 @@ Heartbeat::Heartbeat() {
   ::fcntl(fd_, F_SETFD, FD_CLOEXEC);
   thread_ = std::thread([this] {
     while (!done_) {
-      const char beat = 1;
+      const char beat = kBeat;
       if (::write(fd_, &beat, 1) < 0 && errno == EPIPE) return;
       for (int i = 0; i < 10 && !done_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
+}
+
+void Heartbeat::report_failure(bool root_cause, const std::string& report) {
+  if (fd_ < 0) return;
+  std::string line = std::string("!") + (root_cause ? "1 " : "0 ") + report + "\n";
+  // One write: the pipe keeps it whole next to the beat thread's bytes.
+  if (line.size() > PIPE_BUF) line = line.substr(0, PIPE_BUF - 1) + "\n";
+  (void)!::write(fd_, line.data(), line.size());
 }
 
 Heartbeat::~Heartbeat() {

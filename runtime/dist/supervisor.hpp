@@ -40,6 +40,10 @@ class Heartbeat {
  public:
   Heartbeat();
   ~Heartbeat();
+  // Tells the supervisor why this worker is failing. `root_cause` is false
+  // when the failure only reflects another rank's (a collective that failed
+  // because a peer died or hung), so the supervisor reports the peer instead.
+  void report_failure(bool root_cause, const std::string& report);
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 

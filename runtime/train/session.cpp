@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "util/errors.hpp"
+
 namespace kiln {
 
 Session::Session(std::vector<std::unique_ptr<PluginInstance>> callbacks, std::unique_ptr<PluginInstance> data,
@@ -37,14 +39,22 @@ Failure Session::classify(std::exception_ptr error) const {
     f.message = e.message();
     f.report = "plugin '" + e.plugin_id() + "' [" + e.slot() + "] failed in " + e.hook() + on_rank + ": " +
                e.message();
+  } catch (const PeerFailure& e) {
+    f.reason = KILN_FAILURE_PEER_FAILED;
+    f.message = e.what();
+    f.report = std::string("kiln failed") + on_rank + ": " + e.what();
   } catch (const RunAborted& e) {
     f.reason = e.reason();
     f.message = e.what();
     f.report = std::string(e.what()) + on_rank;
   } catch (const std::exception& e) {
-    f.reason = KILN_FAILURE_HOST_ERROR;
-    f.message = e.what();
-    f.report = std::string("kiln failed") + on_rank + ": " + e.what();
+    // A Gloo transport error that escaped the collective wrappers (e.g. from
+    // inside the autograd engine) still means a peer went away.
+    const std::string text = e.what();
+    const bool transport = text.find("gloo/transport") != std::string::npos;
+    f.reason = transport ? KILN_FAILURE_PEER_FAILED : KILN_FAILURE_HOST_ERROR;
+    f.message = text;
+    f.report = std::string("kiln failed") + on_rank + ": " + text;
   } catch (...) {
     f.message = "unknown exception";
     f.report = "kiln failed" + on_rank + ": unknown exception";

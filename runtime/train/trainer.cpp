@@ -530,7 +530,20 @@ class Run final : public RunServices {
       record_metric("kiln", "train/loss", value, static_cast<double>(rows), KILN_METRIC_REDUCE_MEAN);
       at::Tensor scaled = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
       if (grad_sync_) grad_sync_->before_backward(scaled, /*sync=*/boundary);
-      scaled.backward();
+      if (grad_sync_) {
+        // The Reducer all-reduces inside backward: its failures are a peer's.
+        try {
+          scaled.backward();
+        } catch (const c10::Error& e) {
+          throw PeerFailure(std::string("gradient all-reduce failed (another rank failed or stopped responding): ") +
+                            e.what_without_backtrace());
+        } catch (const std::exception& e) {
+          throw PeerFailure(std::string("gradient all-reduce failed (another rank failed or stopped responding): ") +
+                            e.what());
+        }
+      } else {
+        scaled.backward();
+      }
       scaled = loss = at::Tensor();
       batch.reset();
 

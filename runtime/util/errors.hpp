@@ -15,6 +15,14 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A collective or rendezvous step failed: from this rank's view, another
+// rank died, hung or disagreed. Reported as KILN_FAILURE_PEER_FAILED, so the
+// supervisor names the rank that failed first rather than this one.
+class PeerFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Exit codes of the `kiln` executable (documented in docs/guarantees.md).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;    // training failed (a hook, the host)

@@ -6,11 +6,15 @@
 //   log        file the calls are appended to, one "label:hook" per line
 //   label      prefix of this plugin's lines (default: the kind)
 //   fail_at    list of hooks that throw "injected failure in <hook>"
+//   fail_on_rank  only fail on this rank (default: every rank)
+// In a run of several processes the label gains "@<rank>", and create also
+// records "pid=<pid>", so tests can find and kill a given rank.
 // Each line is appended with O_APPEND and closed at once, so a log survives
 // whatever happens to the process afterwards.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <string>
@@ -21,9 +25,15 @@ namespace {
 
 class Recorder {
  public:
-  Recorder(kiln::Config& config, const std::string& kind)
+  Recorder(const kiln::Host& host, kiln::Config& config, const std::string& kind)
       : log_(config.get<std::string>("log", "")), label_(config.get<std::string>("label", kind)) {
     for (const auto& hook : config.get_list<std::string>("fail_at", {})) fail_at_.insert(hook);
+    const int64_t fail_on_rank = config.get<int64_t>("fail_on_rank", -1);
+    if (fail_on_rank >= 0 && fail_on_rank != host.rank()) fail_at_.clear();
+    if (host.world_size() > 1) {
+      label_ += "@" + std::to_string(host.rank());
+      record("pid=" + std::to_string(::getpid()));
+    }
   }
 
   // Records the call, then fails if asked to.
@@ -51,7 +61,7 @@ template <class Base>
 class Recording : public Base {
  public:
   Recording(const kiln::Host& host, kiln::Config& config, const std::string& kind)
-      : Base(host), recorder_(config, kind) {
+      : Base(host), recorder_(host, config, kind) {
     recorder_.hook("create");
   }
   ~Recording() override { recorder_.record("destroy"); }
@@ -69,10 +79,34 @@ class Recording : public Base {
   Recorder recorder_;
 };
 
+// Model keys: features (4); odd_rank_outputs (a different width on odd
+// ranks: a model that diverges between ranks); rank0_metric (log
+// "val/rank0_only" on rank 0 alone, the pattern that hangs Lightning);
+// dump_params (write the final parameters to <dump_params>.<rank> at teardown).
 class RecorderModel : public Recording<kiln::Model> {
  public:
   RecorderModel(const kiln::Host& host, kiln::Config& config)
-      : Recording(host, config, "model"), net_(torch::nn::Linear(config.get<int64_t>("features", 4), 2)) {}
+      : Recording(host, config, "model"),
+        net_(torch::nn::Linear(config.get<int64_t>("features", 4), outputs(host, config))),
+        rank0_metric_(config.get<bool>("rank0_metric", false)),
+        dump_params_(config.get<std::string>("dump_params", "")) {}
+  static int64_t outputs(const kiln::Host& host, kiln::Config& config) {
+    const int64_t odd = config.get<int64_t>("odd_rank_outputs", 2);
+    return host.rank() % 2 == 1 ? odd : 2;
+  }
+  void teardown(kiln::Stage stage, bool failed) override {
+    if (!failed && !dump_params_.empty()) {
+      std::ofstream out(dump_params_ + "." + std::to_string(host().rank()));
+      out.precision(9);
+      for (const auto& p : net_->named_parameters()) {
+        out << p.key();
+        const auto flat = p.value().detach().flatten();
+        for (int64_t i = 0; i < flat.numel(); ++i) out << " " << flat[i].item<double>();
+        out << "\n";
+      }
+    }
+    Recording::teardown(stage, failed);
+  }
   torch::nn::Module& module() override {
     recorder_.hook("parameters");
     return *net_;
@@ -83,12 +117,17 @@ class RecorderModel : public Recording<kiln::Model> {
   }
   void validation_step(const kiln::Batch& batch, int64_t) override {
     recorder_.hook("validation_step");
-    host().log_metric("val/loss", torch::nn::functional::cross_entropy(net_->forward(batch["input"]), batch["target"]).item<double>());
+    const at::Tensor target = batch["target"];
+    host().log_metric("val/loss", torch::nn::functional::cross_entropy(net_->forward(batch["input"]), target).item<double>(),
+                      static_cast<double>(target.size(0)));
+    if (rank0_metric_ && host().rank() == 0) host().log_metric("val/rank0_only", 1.0);
   }
   void test_step(const kiln::Batch&, int64_t) override { recorder_.hook("test_step"); }
 
  private:
   torch::nn::Linear net_;
+  bool rank0_metric_;
+  std::string dump_params_;
 };
 
 class RecorderData : public Recording<kiln::DataModule> {
@@ -112,17 +151,29 @@ class RecorderData : public Recording<kiln::DataModule> {
   int64_t features_;
 };
 
+// Callback keys: stop_after_epoch and stop_on_rank: request a stop at the end
+// of that epoch on that rank only; the host must make every rank agree.
 class RecorderCallback : public Recording<kiln::Callback> {
  public:
-  RecorderCallback(const kiln::Host& host, kiln::Config& config) : Recording(host, config, "callback") {}
+  RecorderCallback(const kiln::Host& host, kiln::Config& config)
+      : Recording(host, config, "callback"),
+        stop_after_epoch_(config.get<int64_t>("stop_after_epoch", -1)),
+        stop_on_rank_(config.get<int64_t>("stop_on_rank", 0)) {}
   void on_fit_start(const kiln_progress&) override { recorder_.hook("on_fit_start"); }
   void on_fit_end(const kiln_progress&) override { recorder_.hook("on_fit_end"); }
   void on_train_epoch_start(const kiln_progress&) override { recorder_.hook("on_train_epoch_start"); }
-  void on_train_epoch_end(const kiln_progress&) override { recorder_.hook("on_train_epoch_end"); }
+  void on_train_epoch_end(const kiln_progress& p) override {
+    recorder_.hook("on_train_epoch_end");
+    if (p.epoch == stop_after_epoch_ && host().rank() == stop_on_rank_) host().request_stop("recorder asked to stop");
+  }
   void on_train_batch_end(const kiln_progress&) override { recorder_.hook("on_train_batch_end"); }
   void on_validation_start(const kiln_progress&) override { recorder_.hook("on_validation_start"); }
   void on_validation_end(const kiln_progress&) override { recorder_.hook("on_validation_end"); }
   void on_test_end(const kiln_progress&) override { recorder_.hook("on_test_end"); }
+
+ private:
+  int64_t stop_after_epoch_;
+  int64_t stop_on_rank_;
 };
 
 }  // namespace

@@ -5,11 +5,19 @@
 
 #include <cmath>
 #include <cstdint>
+#include <sstream>
 #include <string>
 
 #include "kiln/config.hpp"
 
 namespace kiln_plugins {
+
+// "0.5" rather than std::to_string's "0.500000".
+inline std::string number(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
 
 inline int64_t positive(const char* plugin, const std::string& key, int64_t value) {
   if (value <= 0)
@@ -28,7 +36,7 @@ inline int64_t non_negative(const char* plugin, const std::string& key, int64_t 
 inline double non_negative(const char* plugin, const std::string& key, double value) {
   if (!(value >= 0.0) || std::isinf(value))
     throw kiln::ConfigError(std::string(plugin) + ": '" + key +
-                            "' must be a finite number >= 0, got " + std::to_string(value));
+                            "' must be a finite number >= 0, got " + number(value));
   return value;
 }
 
@@ -36,7 +44,7 @@ inline double non_negative(const char* plugin, const std::string& key, double va
 inline double dropout_rate(const char* plugin, const std::string& key, double value) {
   if (!(value >= 0.0 && value < 1.0))
     throw kiln::ConfigError(std::string(plugin) + ": '" + key + "' must be in [0, 1), got " +
-                            std::to_string(value));
+                            number(value));
   return value;
 }
 

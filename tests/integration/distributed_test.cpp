@@ -1,0 +1,238 @@
+// Distributed runs with real processes on loopback: kiln's supervisor starts
+// the workers, c10d (TCPStore + Gloo) connects them. Each test reproduces a
+// pattern that deadlocks or misbehaves in Lightning and checks kiln does not.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "common.hpp"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(180);
+
+// A run of the recorder plugins; `model`, `data`, `callback` and `extra` are
+// TOML lines added to those tables and to the end of the manifest.
+std::filesystem::path recorder_manifest(const TempDir& dir, const std::string& model, const std::string& data,
+                                        const std::string& callback, const std::string& extra) {
+  const std::string library = (test_plugin_dir() / "libkiln_test_recorder.so").string();
+  const std::string log = (dir / "calls.log").string();
+  auto table = [&](const std::string& header, const std::string& id, const std::string& lines) {
+    return header + "\npath = \"" + library + "\"\nid = \"" + id + "\"\nlog = \"" + log + "\"\n" + lines + "\n";
+  };
+  write_file(dir / "run.toml", "[run]\nname = \"dist\"\ndir = \"" + (dir / "run").string() +
+                                   "\"\nthreads = 1\nseed = 5\n\n" + table("[model]", "test.recorder_model", model) +
+                                   table("[data]", "test.recorder_data", data) +
+                                   table("[[callbacks]]", "test.recorder_callback", callback) +
+                                   "[trainer]\nprogress = \"none\"\n" + extra + "\n");
+  return dir / "run.toml";
+}
+
+// Processes whose command line mentions `marker` (the test's temp dir).
+std::vector<pid_t> processes_mentioning(const std::string& marker) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_file(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(marker) != std::string::npos && cmdline.find("kiln") != std::string::npos &&
+        static_cast<pid_t>(std::stol(name)) != getpid())
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<double>> read_params(const std::filesystem::path& file) {
+  std::map<std::string, std::vector<double>> out;
+  std::istringstream in(read_file(file));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream cells(line);
+    std::string name;
+    cells >> name;
+    for (double v; cells >> v;) out[name].push_back(v);
+  }
+  return out;
+}
+
+TEST(Distributed, TwoProcessesMatchOneProcessWithTheDoubleBatch) {
+  TempDir one, two;
+  const std::string model = "features = 4\ndump_params = \"" + (one / "params").string() + "\"";
+  const std::string data = "size = 64\nfeatures = 4";
+  const std::string trainer = "max_epochs = 3\ntest_after_fit = false\n[optimizer]\nname = \"sgd\"\nlr = 0.5\n";
+  auto run_one = kiln({"fit", recorder_manifest(one, model, data, "", "batch_size = 8\n" + trainer).string()},
+                      {.timeout = kTimeout});
+  ASSERT_EQ(run_one.exit_code, 0) << run_one.output;
+  const std::string model2 = "features = 4\ndump_params = \"" + (two / "params").string() + "\"";
+  auto run_two = kiln({"fit", recorder_manifest(two, model2, data, "", "batch_size = 4\n" + trainer).string(), "-n", "2"},
+                      {.timeout = kTimeout});
+  ASSERT_EQ(run_two.exit_code, 0) << run_two.output;
+
+  const auto single = read_params(one / "params.0");
+  const auto rank0 = read_params(two / "params.0");
+  const auto rank1 = read_params(two / "params.1");
+  ASSERT_FALSE(single.empty());
+  EXPECT_EQ(rank0, rank1) << "ranks must hold identical parameters";
+  for (const auto& [name, values] : single) {
+    ASSERT_EQ(rank0.at(name).size(), values.size()) << name;
+    for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(rank0.at(name)[i], values[i], 1e-5) << name << "[" << i << "]";
+  }
+  // 64 samples / 8 per step = 8 steps an epoch in both runs.
+  EXPECT_EQ(read_metrics(two / "run" / "metrics.csv").back().at("step"), 24);
+}
+
+TEST(Distributed, ValidationMetricsAreExactOverTheWholeSplit) {
+  TempDir one, two;
+  // 30 samples over 4 ranks does not divide: padding would double-count.
+  const std::string data = "size = 30\nfeatures = 4";
+  // `kiln validate` runs the initial weights (same seed) over the val split.
+  const std::string extra = "batch_size = 4\n";
+  ASSERT_EQ(kiln({"validate", recorder_manifest(one, "", data, "", extra).string()}, {.timeout = kTimeout}).exit_code, 0);
+  auto r = kiln({"validate", recorder_manifest(two, "", data, "", extra).string(), "-n", "4"}, {.timeout = kTimeout});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NEAR(read_metrics(two / "run" / "metrics.csv")[0].at("val/loss"),
+              read_metrics(one / "run" / "metrics.csv")[0].at("val/loss"), 1e-6);
+}
+
+TEST(Distributed, DifferentModelOnOneRankEndsEveryRankWithTheDifferenceNamed) {
+  TempDir dir;
+  auto r = kiln({"fit", recorder_manifest(dir, "odd_rank_outputs = 3", "", "", "max_epochs = 1").string(), "-n", "2"},
+                {.timeout = kTimeout});
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+  EXPECT_NE(r.output.find("ranks 0 and 1 differ in their model parameters: rank 0 has 'weight [2,4] Float', rank 1 "
+                          "has 'weight [3,4] Float'"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(processes_mentioning(dir.path().string()).empty());
+}
+
+TEST(Distributed, MetricLoggedOnRankZeroOnlyDoesNotHang) {
+  TempDir dir;
+  auto r = kiln({"fit", recorder_manifest(dir, "rank0_metric = true", "", "", "max_epochs = 2").string(), "-n", "2"},
+                {.timeout = kTimeout});
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("metric 'val/rank0_only' was recorded on rank(s) 0 only; reduced over those (rank(s) 1"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_metrics(dir / "run" / "metrics.csv")[0].at("val/rank0_only"), 1.0);
+}
+
+TEST(Distributed, StopRequestedOnOneRankIsAgreedByAll) {
+  TempDir dir;
+  auto r = kiln({"fit",
+                 recorder_manifest(dir, "", "", "stop_after_epoch = 1\nstop_on_rank = 1", "max_epochs = 10").string(),
+                 "-n", "2"},
+                {.timeout = kTimeout});
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_metrics(dir / "run" / "metrics.csv").size(), 2u) << r.output;
+}
+
+TEST(Distributed, ErrorOnOneRankRunsCleanupOnEveryRank) {
+  TempDir dir;
+  auto r = kiln({"fit",
+                 recorder_manifest(dir, "fail_at = [\"training_step\"]\nfail_on_rank = 1", "", "", "max_epochs = 1")
+                     .string(),
+                 "-n", "2"},
+                {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("kiln: error: rank 1 (pid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed in training_step on rank 1: injected failure"), std::string::npos) << r.output;
+  const std::string calls = read_file(dir / "calls.log");
+  for (const char* line : {"model@1:on_exception(", "model@1:teardown(failed=1)", "model@1:destroy",
+                           "data@0:teardown(failed=1)", "callback@0:destroy"})
+    EXPECT_NE(calls.find(line), std::string::npos) << line << "\n" << calls;
+  EXPECT_TRUE(processes_mentioning(dir.path().string()).empty());
+}
+
+// The pid a rank recorded, once it has run `steps` training steps.
+pid_t wait_for_rank(const std::filesystem::path& log, int rank, int steps) {
+  const std::string label = "model@" + std::to_string(rank) + ":";
+  for (int i = 0; i < 600; ++i) {
+    std::istringstream in(read_file(log));
+    pid_t pid = 0;
+    int seen = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(label + "pid=", 0) == 0) pid = std::stoi(line.substr(label.size() + 4));
+      if (line == label + "training_step") ++seen;
+    }
+    if (pid > 0 && seen >= steps) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
+}
+
+struct Fault {
+  const char* name;
+  int signal;
+  const char* expected;
+};
+
+class FaultInjection : public testing::TestWithParam<Fault> {};
+
+TEST_P(FaultInjection, StopsEveryRankWithinTimeoutPlusGraceAndLeavesNoProcess) {
+  const Fault fault = GetParam();
+  TempDir dir;
+  const double timeout_s = 4;
+  const auto manifest = recorder_manifest(dir, "", "size = 64", "",
+                                          "max_epochs = 100000\nbatch_size = 4\n[distributed]\nprocesses = 2\n"
+                                          "timeout_s = 4.0\n");
+  ProcessResult result;
+  std::thread runner([&] { result = kiln({"fit", manifest.string()}, {.timeout = kTimeout}); });
+  std::mt19937 rng(std::random_device{}());
+  const int victim = static_cast<int>(rng() % 2);
+  const int steps = 1 + static_cast<int>(rng() % 40);
+  const pid_t pid = wait_for_rank(dir / "calls.log", victim, steps);
+  ASSERT_GT(pid, 0) << "rank " << victim << " never ran " << steps << " steps";
+  const auto injected = std::chrono::steady_clock::now();
+  ::kill(pid, fault.signal);
+  runner.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - injected).count();
+  SCOPED_TRACE("rank " + std::to_string(victim) + " after " + std::to_string(steps) + " steps");
+  ASSERT_FALSE(result.timed_out) << result.output;
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("kiln: error: rank " + std::to_string(victim) + " (pid " + std::to_string(pid) + ") " +
+                               fault.expected),
+            std::string::npos)
+      << result.output;
+  EXPECT_LT(seconds, timeout_s + 10 + 5) << "collective timeout + grace (+ slack for a loaded machine)";
+  EXPECT_TRUE(processes_mentioning(dir.path().string()).empty()) << "a process of the run is left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(KillARankAtARandomStep, FaultInjection,
+                         testing::Values(Fault{"sigkill", SIGKILL, "was killed by SIGKILL"},
+                                         Fault{"sigstop", SIGSTOP, "stopped responding"},
+                                         Fault{"sigsegv", SIGSEGV, "was killed by SIGSEGV"}),
+                         [](const testing::TestParamInfo<Fault>& info) { return std::string(info.param.name); });
+
+TEST(Distributed, SigintToTheSupervisorStopsEveryRankWithCleanup) {
+  TempDir dir;
+  const auto manifest = recorder_manifest(dir, "", "size = 64", "", "max_epochs = 100000\nbatch_size = 4\n");
+  ProcessResult result;
+  std::thread runner([&] { result = kiln({"fit", manifest.string(), "-n", "2"}, {.timeout = kTimeout}); });
+  ASSERT_GT(wait_for_rank(dir / "calls.log", 1, 5), 0);
+  const auto supervisors = processes_mentioning(dir.path().string());
+  // The supervisor is the one whose parent is not a kiln process: the test's child.
+  for (pid_t p : supervisors) {
+    const std::string stat = read_file("/proc/" + std::to_string(p) + "/stat");
+    const pid_t parent = std::stoi(stat.substr(stat.rfind(')') + 4));
+    if (parent == getpid()) ::kill(p, SIGINT);
+  }
+  runner.join();
+  EXPECT_EQ(result.exit_code, 130) << result.output;
+  const std::string calls = read_file(dir / "calls.log");
+  for (const char* line : {"model@0:teardown(failed=1)", "model@1:teardown(failed=1)", "data@1:destroy"})
+    EXPECT_NE(calls.find(line), std::string::npos) << line;
+  EXPECT_TRUE(processes_mentioning(dir.path().string()).empty());
+}
+
+}  // namespace
+}  // namespace kiln::test
