@@ -2,6 +2,7 @@
 
 #include "util/errors.hpp"
 
+#include <cstdlib>
 #include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -67,8 +68,16 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
 #endif
   }
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_);
-  gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
-      env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0 ? "127.0.0.1" : env.master_addr));
+  // Which interface Gloo binds, as PyTorch decides it: GLOO_SOCKET_IFNAME if
+  // set; loopback when the whole run is on this machine; else the address
+  // this host's name resolves to.
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+  } else if (env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
   group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, gloo_options);
 }
 
