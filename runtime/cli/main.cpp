@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/manifest.hpp"
+#include "ckpt/run_state.hpp"
 #include "dist/launch_env.hpp"
 #include "dist/supervisor.hpp"
 #include "plugin/loader.hpp"
@@ -35,6 +36,7 @@ class SignalWatcher {
     sigemptyset(&set_);
     sigaddset(&set_, SIGINT);
     sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGUSR1);  // a preemption notice, when the manifest says so
     pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread exists
     thread_ = std::thread([this] { watch(); });
   }
@@ -55,7 +57,7 @@ class SignalWatcher {
         _exit(kiln::kExitInterrupted);
       }
       std::fprintf(stderr, "\nkiln: %s received; stopping after the current step (send again to exit now)\n",
-                   s == SIGTERM ? "SIGTERM" : "SIGINT");
+                   s == SIGTERM ? "SIGTERM" : s == SIGUSR1 ? "SIGUSR1" : "SIGINT");
     }
   }
   sigset_t set_;
@@ -112,7 +114,8 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
 }
 
 int run_command(kiln::Command command, const std::string& manifest_file, std::vector<std::string> overrides,
-                int processes, const std::vector<std::string>& argv, const std::atomic<int>* signal) {
+                int processes, const std::string& resume, const std::vector<std::string>& argv,
+                const std::atomic<int>* signal) {
   if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
   const kiln::Manifest manifest =
       kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
@@ -120,6 +123,12 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   // Every plugin is checked here, once, before any worker starts.
   kiln::Loader loader;
   kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
+  std::optional<std::filesystem::path> resume_file;
+  if (!resume.empty()) {
+    if (command != kiln::Command::fit) throw kiln::InputError("--resume is for `kiln fit`");
+    resume_file = kiln::resolve_resume(resume, manifest.checkpoint.dir, manifest.checkpoint.monitor,
+                                       manifest.checkpoint.mode);
+  }
 
   const std::optional<kiln::DistEnv> launched = kiln::detect_launcher(kiln::process_environment());
   if (!launched && manifest.distributed.processes > 1) {
@@ -136,7 +145,10 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
     const double beat_s = std::clamp(manifest.distributed.timeout_s / 2, 2.0, 10.0);
     options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(beat_s * 1000));
     const kiln::SupervisorResult result = kiln::supervise(options, signal);
-    if (result.exit_code != 0) std::cerr << "kiln: error: " << result.report << std::endl;
+    if (result.exit_code == kiln::kExitPreempted)
+      std::cerr << "kiln: " << result.report << std::endl;
+    else if (result.exit_code != 0)
+      std::cerr << "kiln: error: " << result.report << std::endl;
     return result.exit_code;
   }
   if (launched && launched->world_size > 1) {
@@ -146,11 +158,16 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   }
   kiln::Heartbeat heartbeat;  // evidence of life for kiln's supervisor, if it started us
   const kiln::RunOutcome outcome =
-      kiln::run(manifest, command, std::move(plugins), signal, launched ? &*launched : nullptr);
+      kiln::run(manifest, command, std::move(plugins), signal, launched ? &*launched : nullptr, resume_file);
   if (!outcome.failure) return kiln::kExitOk;
-  std::cerr << "kiln: error: " << outcome.failure->report << std::endl;
+  const bool preempted = outcome.failure->reason == KILN_FAILURE_PREEMPTED;
+  std::cerr << (preempted ? "kiln: " : "kiln: error: ") << outcome.failure->report << std::endl;
   heartbeat.report_failure(outcome.failure->reason != KILN_FAILURE_PEER_FAILED, outcome.failure->report);
-  return outcome.failure->reason == KILN_FAILURE_INTERRUPTED ? kiln::kExitInterrupted : kiln::kExitFailure;
+  switch (outcome.failure->reason) {
+    case KILN_FAILURE_INTERRUPTED: return kiln::kExitInterrupted;
+    case KILN_FAILURE_PREEMPTED: return kiln::kExitPreempted;
+    default: return outcome.failure->bad_input ? kiln::kExitBadInput : kiln::kExitFailure;
+  }
 }
 
 }  // namespace
@@ -170,6 +187,7 @@ int main(int argc, char** argv) {
   std::string manifest;
   std::vector<std::string> overrides;
   int processes = 0;
+  std::string resume;
   struct Spec {
     const char* name;
     const char* help;
@@ -191,6 +209,8 @@ int main(int argc, char** argv) {
     sub->add_option("--processes,-n", processes,
                     "start this many worker processes on this machine (overrides distributed.processes)")
         ->check(CLI::PositiveNumber);
+    if (s.command == kiln::Command::fit)
+      sub->add_option("--resume", resume, "continue from a checkpoint: a file, `last` or `best`");
     commands.emplace_back(sub, s.command);
   }
   std::string target;
@@ -210,8 +230,8 @@ int main(int argc, char** argv) {
     if (inspect_cmd->parsed()) return inspect(target, overrides);
     for (const auto& [sub, command] : commands)
       if (sub->parsed())
-        return run_command(command, manifest, overrides, processes, std::vector<std::string>(argv, argv + argc),
-                           signals.signal());
+        return run_command(command, manifest, overrides, processes, resume,
+                           std::vector<std::string>(argv, argv + argc), signals.signal());
   } catch (const kiln::InputError& e) {
     std::cerr << "kiln: error: " << e.what() << std::endl;
     return kiln::kExitBadInput;

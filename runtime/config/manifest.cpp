@@ -559,6 +559,8 @@ struct Validator {
              {"save_top_k", [this](const Field& f) { m.checkpoint.save_top_k = f.integer_at_least(-1); }},
              {"save_last", [this](const Field& f) { m.checkpoint.save_last = f.boolean(); }},
              {"enabled", [this](const Field& f) { m.checkpoint.enabled = f.boolean(); }},
+             {"preempt_signal",
+              [this](const Field& f) { m.checkpoint.preempt_signal = f.choice({"SIGTERM", "SIGUSR1", "none"}); }},
          }});
 
     // [distributed]

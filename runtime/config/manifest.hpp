@@ -85,7 +85,7 @@ struct SchedulerConfig {
   double warmup_start_factor = 0.0; // linear_warmup
 };
 
-// Validated only, for now (the checkpoint issue gives it behaviour).
+// Checkpoints: written when the table is present (docs/checkpoints.md).
 struct CheckpointConfig {
   std::filesystem::path dir;        // default <run dir>/checkpoints
   int64_t every_n_epochs = 1;
@@ -95,9 +95,11 @@ struct CheckpointConfig {
   int64_t save_top_k = 1;
   bool save_last = true;
   bool enabled = false;
+  // The signal that means "preempted: checkpoint now and exit 75" (SLURM and
+  // most schedulers send SIGTERM first). "none": it interrupts like SIGINT.
+  std::string preempt_signal = "SIGTERM";
 };
 
-// Validated only, for now (the distributed issue gives it behaviour).
 struct DistributedConfig {
   int64_t processes = 1;
   std::string backend = "auto";     // "auto" | "gloo" | "nccl"

@@ -26,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 // The heartbeat byte: a control character, so it never appears in the
 // failure line that shares the pipe.
 constexpr char kBeat = '\x06';
+constexpr int kPreemptedExit = 75;  // kiln::kExitPreempted
 
 // A free TCP port on the loopback interface, as torchrun picks one. Another
 // process could take it before rank 0 binds it; the rendezvous then fails
@@ -140,17 +141,20 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
 
   SupervisorResult result;
   std::vector<Observed> failures;
+  std::string preempted;  // a worker's report, when the workers were preempted
   bool stopping = false;
   Clock::time_point kill_at{};
   int running = options.processes;
-  auto stop_all = [&](const std::string& why) {
+  // `forward` is the signal the workers get: SIGTERM, or the preemption
+  // signal the supervisor itself received, so workers can checkpoint.
+  auto stop_all = [&](const std::string& why, int forward = SIGTERM) {
     if (stopping) return;
     stopping = true;
     kill_at = Clock::now() + options.grace;
-    spdlog::warn("{}; stopping the other workers (SIGTERM, SIGKILL after {} s)", why,
+    spdlog::warn("{}; stopping the workers (SIG{}, SIGKILL after {} s)", why, sigabbrev_np(forward),
                  std::chrono::duration<double>(options.grace).count());
     for (auto& w : workers)
-      if (w.running) ::kill(w.pid, SIGTERM);
+      if (w.running) ::kill(w.pid, forward);
   };
   auto fail = [&](const Worker& w, const std::string& cause, int code, bool root) {
     const std::string who = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") ";
@@ -197,6 +201,13 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
       --running;
       ::close(w->heartbeat);
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == kPreemptedExit) {
+        // Preempted: every rank agreed, a checkpoint was committed. Not a failure.
+        bool root = true;
+        std::string report;
+        if (preempted.empty()) preempted = parse_report(w->message, &root, &report) ? report : "preempted";
+        continue;
+      }
       bool root = true;
       std::string report;
       std::string cause = describe_status(status);
@@ -210,9 +221,9 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
     }
     if (!stopping) {
       if (const int s = signal ? signal->load() : 0) {
-        const std::string why = std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT");
+        const std::string why = std::string("interrupted by SIG") + sigabbrev_np(s);
         failures.push_back({-1, why, 130, true});
-        stop_all(why);
+        stop_all(why, s == SIGINT ? SIGTERM : s);
       }
       for (auto& w : workers) {
         if (w.running && now - w.last_beat > options.heartbeat_timeout) {
@@ -227,6 +238,14 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
       for (auto& w : workers)
         if (w.running) ::kill(w.pid, SIGKILL);
     }
+  }
+  // Preempted workers and no failure but the signal that caused it: the run
+  // was preempted, not failed.
+  const bool only_signal = std::all_of(failures.begin(), failures.end(), [](const Observed& f) { return f.rank < 0; });
+  if (!preempted.empty() && only_signal) {
+    result.exit_code = kPreemptedExit;
+    result.report = preempted;
+    return result;
   }
   // The first root cause, else the first failure of any kind.
   const Observed* chosen = nullptr;

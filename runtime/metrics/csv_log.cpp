@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace kiln {
 
 CsvLog::CsvLog(std::filesystem::path file) : file_(std::move(file)) {}
 
-void CsvLog::append(const std::map<std::string, double>& row) {
+void CsvLog::add_columns(const std::map<std::string, double>& row) {
   for (const auto& [name, _] : row)
     if (std::find(columns_.begin(), columns_.end(), name) == columns_.end()) columns_.push_back(name);
   // epoch and step lead; metrics follow in order of first appearance.
@@ -17,8 +18,49 @@ void CsvLog::append(const std::map<std::string, double>& row) {
     auto rank = [](const std::string& c) { return c == "epoch" ? 0 : c == "step" ? 1 : 2; };
     return rank(a) < rank(b);
   });
+}
+
+void CsvLog::append(const std::map<std::string, double>& row) {
+  add_columns(row);
   rows_.push_back(row);
   write();
+}
+
+std::string CsvLog::text() const {
+  std::ostringstream out;
+  for (size_t i = 0; i < columns_.size(); ++i) out << (i ? "," : "") << columns_[i];
+  out << "\n";
+  char buffer[64];
+  for (const auto& row : rows_) {
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      if (i) out << ",";
+      auto it = row.find(columns_[i]);
+      if (it == row.end()) continue;
+      const bool integral = columns_[i] == "epoch" || columns_[i] == "step";
+      std::snprintf(buffer, sizeof buffer, integral ? "%.0f" : "%.9g", it->second);
+      out << buffer;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+void CsvLog::restore(const std::string& text) {
+  columns_.clear();
+  rows_.clear();
+  std::istringstream in(text);
+  std::string line;
+  if (!std::getline(in, line) || line.empty()) return;
+  std::istringstream header(line);
+  for (std::string c; std::getline(header, c, ',');) columns_.push_back(c);
+  while (std::getline(in, line)) {
+    std::map<std::string, double> row;
+    std::istringstream cells(line);
+    std::string cell;
+    for (size_t i = 0; i < columns_.size() && std::getline(cells, cell, ','); ++i)
+      if (!cell.empty()) row[columns_[i]] = std::strtod(cell.c_str(), nullptr);
+    rows_.push_back(row);
+  }
 }
 
 void CsvLog::write() const {
@@ -26,20 +68,7 @@ void CsvLog::write() const {
   {
     std::ofstream out(temporary, std::ios::trunc);
     if (!out) throw std::runtime_error("cannot write " + temporary.string());
-    for (size_t i = 0; i < columns_.size(); ++i) out << (i ? "," : "") << columns_[i];
-    out << "\n";
-    char buffer[64];
-    for (const auto& row : rows_) {
-      for (size_t i = 0; i < columns_.size(); ++i) {
-        if (i) out << ",";
-        auto it = row.find(columns_[i]);
-        if (it == row.end()) continue;
-        const bool integral = columns_[i] == "epoch" || columns_[i] == "step";
-        std::snprintf(buffer, sizeof buffer, integral ? "%.0f" : "%.9g", it->second);
-        out << buffer;
-      }
-      out << "\n";
-    }
+    out << text();
     if (!out.flush()) throw std::runtime_error("cannot write " + temporary.string());
   }
   std::filesystem::rename(temporary, file_);

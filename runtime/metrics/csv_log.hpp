@@ -16,10 +16,14 @@ class CsvLog {
  public:
   explicit CsvLog(std::filesystem::path file);
   void append(const std::map<std::string, double>& row);
+  // The file's text, and putting it back (a resumed run continues the file).
+  std::string text() const;
+  void restore(const std::string& text);
   const std::filesystem::path& file() const { return file_; }
 
  private:
   void write() const;
+  void add_columns(const std::map<std::string, double>& row);
   std::filesystem::path file_;
   std::vector<std::string> columns_;
   std::vector<std::map<std::string, double>> rows_;

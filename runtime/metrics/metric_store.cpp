@@ -1,6 +1,7 @@
 #include "metrics/metric_store.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -105,6 +106,42 @@ std::map<std::string, double> MetricStore::reduce_merged(const std::vector<std::
     if (a.flags & KILN_METRIC_RANK_ZERO_ONLY) out[name] = latest_[name] = value_of(a);
   pending_.clear();
   return out;
+}
+
+std::string MetricStore::export_latest() const {
+  std::string out;
+  char value[64];
+  for (const auto& [name, v] : latest_) {
+    std::snprintf(value, sizeof value, "%a ", v);
+    out += value + name + "\n";
+  }
+  return out;
+}
+
+void MetricStore::import(const std::string& latest, const std::string& pending) {
+  latest_.clear();
+  std::istringstream in(latest);
+  for (std::string line; std::getline(in, line);) {
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) continue;
+    latest_[line.substr(space + 1)] = std::strtod(line.substr(0, space).c_str(), nullptr);
+  }
+  pending_.clear();
+  std::istringstream p(pending);
+  for (std::string line; std::getline(p, line);) {
+    unsigned reduce = 0;
+    double sum = 0, weight = 0, extreme = 0;
+    long long count = 0;
+    int consumed = 0;
+    if (std::sscanf(line.c_str(), "%u %la %la %la %lld %n", &reduce, &sum, &weight, &extreme, &count, &consumed) < 5)
+      continue;
+    Accumulator& a = pending_[line.substr(static_cast<size_t>(consumed))];
+    a.reduce = reduce;
+    a.sum = sum;
+    a.weight = weight;
+    a.extreme = extreme;
+    a.count = count;
+  }
 }
 
 std::optional<double> MetricStore::latest(const std::string& name) const {

@@ -30,6 +30,11 @@ class MetricStore {
   std::map<std::string, double> reduce_merged(const std::vector<std::string>& per_rank,
                                               std::vector<std::string>* missing);
 
+  // For checkpoints: the latest values, and (with export_pending) what an
+  // interrupted epoch had recorded so far; import puts both back.
+  std::string export_latest() const;
+  void import(const std::string& latest, const std::string& pending);
+
   std::optional<double> latest(const std::string& name) const;
   const std::map<std::string, double>& latest() const { return latest_; }
 

@@ -6,6 +6,7 @@
 // same way. Data modules never see a generator or a device.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -19,6 +20,12 @@ struct BatchPlan {
   size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   const int64_t* batch(size_t b) const { return indices.data() + offsets[b]; }
   size_t batch_size(size_t b) const { return offsets[b + 1] - offsets[b]; }
+  // Removes the first `count` batches (a resumed epoch skips what it ran).
+  void drop_front(size_t count) {
+    if (count == 0 || offsets.empty()) return;
+    count = std::min(count, size());
+    offsets.erase(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(count));
+  }
 };
 
 struct SamplerOptions {

@@ -39,6 +39,11 @@ Failure Session::classify(std::exception_ptr error) const {
     f.message = e.message();
     f.report = "plugin '" + e.plugin_id() + "' [" + e.slot() + "] failed in " + e.hook() + on_rank + ": " +
                e.message();
+  } catch (const InputError& e) {
+    f.reason = KILN_FAILURE_HOST_ERROR;
+    f.bad_input = true;
+    f.message = e.what();
+    f.report = e.what();
   } catch (const PeerFailure& e) {
     f.reason = KILN_FAILURE_PEER_FAILED;
     f.message = e.what();

@@ -43,6 +43,7 @@ struct Failure {
   std::string plugin_id;  // empty for host failures
   std::string hook;
   int32_t rank = 0;
+  bool bad_input = false;  // an unusable input met mid-run (a checkpoint): exit 2
 };
 
 class Session {

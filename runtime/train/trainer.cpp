@@ -15,6 +15,9 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "ckpt/checkpoint_file.hpp"
+#include "ckpt/retention.hpp"
+#include "ckpt/run_state.hpp"
 #include "dist/grad_sync.hpp"
 #include "dist/process_group.hpp"
 #include "kiln/tensor.hpp"
@@ -99,7 +102,8 @@ using CallbackHook = kiln_callback_hook kiln_callback_hooks::*;
 // Everything one run owns; the plugins reach it through RunServices.
 class Run final : public RunServices {
  public:
-  Run(const Manifest& manifest, Command command, const std::atomic<int>* signal, const DistEnv* dist)
+  Run(const Manifest& manifest, Command command, const std::atomic<int>* signal, const DistEnv* dist,
+      const std::optional<std::filesystem::path>& resume)
       : m_(manifest),
         command_(command),
         signal_(signal),
@@ -122,6 +126,11 @@ class Run final : public RunServices {
       n.count = t.fast_dev_run;
       limit_train_ = limit_val_ = limit_test_ = n;
     }
+    // Lightning's fast_dev_run writes no checkpoints either.
+    checkpointing_ = m_.checkpoint.enabled && command_ == Command::fit && t.fast_dev_run == 0;
+    if (m_.checkpoint.enabled && m_.checkpoint.preempt_signal != "none")
+      preempt_signal_ = m_.checkpoint.preempt_signal == "SIGUSR1" ? SIGUSR1 : SIGTERM;
+    if (resume) resume_ = *resume;
   }
 
   RunOutcome execute(RunPlugins plugins) {
@@ -133,6 +142,7 @@ class Run final : public RunServices {
       spdlog::info("rank {}/{} joined the process group ({} launch)", rank(), world_size(), dist_->launcher);
     }
     std::filesystem::create_directories(m_.run.dir);
+    prepare_checkpoint_dir();
 
     std::vector<std::unique_ptr<PluginInstance>> callbacks;
     for (size_t i = 0; i < plugins.callbacks.size(); ++i)
@@ -200,8 +210,11 @@ class Run final : public RunServices {
   PluginInstance& model() { return session_->model(); }
   PluginInstance& data() { return session_->data(); }
 
+  // Outside the training loop's agreement points. A preemption signal waits
+  // for the next training step boundary, where the checkpoint is taken.
   void check_signal() const {
-    if (const int s = signal_ ? signal_->load() : 0) throw interrupted(s);
+    const int s = signal_ ? signal_->load() : 0;
+    if (s && !(s == preempt_signal_ && command_ == Command::fit)) throw interrupted(s);
   }
   static RunAborted interrupted(int s) {
     return RunAborted(KILN_FAILURE_INTERRUPTED, std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT"));
@@ -211,16 +224,153 @@ class Run final : public RunServices {
   // by all ranks together in one collective, never by one rank alone: a rank
   // that left the loop early would leave the others waiting in the next
   // gradient all-reduce.
-  bool agree_to_stop(bool local_stop) {
+  //
+  // `position` is where a resumed run would continue; a preemption commits a
+  // checkpoint there before the run ends with KILN_FAILURE_PREEMPTED.
+  bool agree_to_stop(bool local_stop, const TrainPosition& position, torch::optim::Optimizer* optimizer) {
     const int s = signal_ ? signal_->load() : 0;
-    if (!group_) {
-      if (s) throw interrupted(s);
-      return local_stop;
+    const bool preempt = s != 0 && s == preempt_signal_;
+    bool stop = local_stop, interrupt = s != 0 && !preempt, preempted = preempt;
+    if (group_) {
+      at::Tensor votes = at::tensor({stop ? 1.0 : 0.0, interrupt ? 1.0 : 0.0, preempted ? 1.0 : 0.0}, at::kDouble);
+      group_->all_reduce_sum(votes);
+      stop = votes[0].item<double>() > 0;
+      interrupt = votes[1].item<double>() > 0;
+      preempted = votes[2].item<double>() > 0;
     }
-    at::Tensor votes = at::tensor({local_stop ? 1.0 : 0.0, s ? 1.0 : 0.0, static_cast<double>(s)}, at::kDouble);
-    group_->all_reduce_sum(votes);
-    if (votes[1].item<double>() > 0) throw interrupted(s ? s : SIGTERM);
-    return votes[0].item<double>() > 0;
+    if (interrupt) throw interrupted(s && !preempt ? s : SIGINT);
+    if (preempted) {
+      const auto file = save_checkpoint(position, optimizer);
+      throw RunAborted(KILN_FAILURE_PREEMPTED, "preempted by " + std::string(preempt_signal_ == SIGUSR1 ? "SIGUSR1" : "SIGTERM") +
+                                                   "; checkpoint committed: " + file.string() +
+                                                   " (continue with --resume last)");
+    }
+    return stop;
+  }
+
+  // --- checkpoints ------------------------------------------------------------
+  RetentionPolicy retention() const {
+    return RetentionPolicy{m_.checkpoint.monitor, m_.checkpoint.mode, m_.checkpoint.save_top_k};
+  }
+
+  // Rank 0 finds what earlier runs left: stale temporaries are removed and
+  // committed checkpoints join the ranking (and may be pruned by it).
+  void prepare_checkpoint_dir() {
+    if (!checkpointing_ || rank() != 0) return;
+    const auto& dir = m_.checkpoint.dir;
+    std::filesystem::create_directories(dir);
+    for (const auto& removed : sweep_temporaries(dir))
+      spdlog::warn("removed {} left by an interrupted checkpoint write", removed.string());
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("epoch=", 0) != 0 || entry.path().extension() != ".ckpt") continue;
+      if (auto problem = CheckpointFile::check(entry.path())) {
+        spdlog::warn("ignoring {}", *problem);
+        continue;
+      }
+      const CheckpointMeta meta = read_meta(CheckpointFile::read(entry.path()));
+      ranked_.push_back(CheckpointInfo{entry.path(), meta.position.epoch, meta.position.global_step, meta.monitored, false});
+    }
+  }
+
+  std::optional<double> monitored() const {
+    if (m_.checkpoint.monitor.empty()) return std::nullopt;
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    return metrics_.latest(m_.checkpoint.monitor);
+  }
+
+  // Only rank 0 writes replicated state; every rank then learns, in one
+  // collective, whether the commit happened, and none goes on if it did not.
+  std::filesystem::path save_checkpoint(const TrainPosition& position, torch::optim::Optimizer* optimizer) {
+    const auto& c = m_.checkpoint;
+    std::filesystem::path written;
+    std::string error;
+    if (rank() == 0) {
+      try {
+        RunStateView view = state_view(position, optimizer);
+        for (const PluginInstance* p : all_plugins()) view.plugin_states[p->id()] = plugin_state(*p);
+        const auto ranked = c.dir / checkpoint_name(position.epoch, position.global_step);
+        const auto last = c.dir / "last.ckpt";
+        if (c.save_top_k != 0) {
+          save_run_state(ranked, view);
+          ranked_.push_back(CheckpointInfo{ranked, position.epoch, position.global_step, view.monitored, false});
+          written = ranked;
+          if (c.save_last) link_checkpoint(ranked, last);
+        } else {
+          save_run_state(last, view);
+          written = last;
+        }
+        // Older checkpoints go only now, after the new one is durable.
+        for (const auto& old : to_delete(ranked_, retention())) {
+          std::error_code ec;
+          std::filesystem::remove(old, ec);
+          ranked_.erase(std::remove_if(ranked_.begin(), ranked_.end(), [&](const CheckpointInfo& i) { return i.path == old; }),
+                        ranked_.end());
+        }
+        spdlog::info("checkpoint committed: {}", written.string());
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    bool ok = error.empty();
+    if (group_) {
+      at::Tensor failed = at::tensor({ok ? 0.0 : 1.0}, at::kDouble);
+      group_->all_reduce_sum(failed);
+      ok = failed.item<double>() == 0;
+    }
+    if (!ok) throw std::runtime_error(error.empty() ? "rank 0 failed to commit a checkpoint" : "checkpoint not committed: " + error);
+    return written;
+  }
+
+  RunStateView state_view(const TrainPosition& position, torch::optim::Optimizer* optimizer) {
+    RunStateView view;
+    view.position = position;
+    view.manifest_text = m_.text;
+    view.monitor = m_.checkpoint.monitor;
+    view.monitored = monitored();
+    view.params = &params_;
+    view.buffers = &buffers_;
+    view.optimizer = optimizer;
+    view.trainable = &trainable_;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      view.metrics_latest = metrics_.export_latest();
+      view.metrics_pending = metrics_.export_pending();
+    }
+    view.csv = csv_.text();
+    return view;
+  }
+
+  std::map<std::string, std::string> plugin_state(const PluginInstance& p) {
+    kiln_state_writer writer;
+    if (auto fn = p.plugin().lifecycle().state_save)
+      p.check(fn(p.instance(), reinterpret_cast<kiln_state_writer*>(&writer)), "state_save");
+    return writer.blobs;
+  }
+
+  // Restores a checkpoint into the live run (after setup, before the first step).
+  TrainPosition resume_from(const std::filesystem::path& file, torch::optim::Optimizer* optimizer) {
+    const CheckpointFile checkpoint = CheckpointFile::read(file);
+    RunStateView view = state_view(TrainPosition{}, optimizer);
+    restore_run_state(checkpoint, view);
+    {
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      // Every rank resumes the same replicated state; the pending metrics of
+      // an interrupted epoch belong to the rank that saved them.
+      metrics_.import(view.metrics_latest, rank() == 0 ? view.metrics_pending : "");
+    }
+    csv_.restore(view.csv);
+    for (const PluginInstance* p : all_plugins()) {
+      auto fn = p->plugin().lifecycle().state_load;
+      auto it = view.plugin_states.find(p->id());
+      if (!fn || it == view.plugin_states.end()) continue;
+      kiln_state_reader reader;
+      reader.blobs = &it->second;
+      p->check(fn(p->instance(), &reader), "state_load");
+    }
+    spdlog::info("resumed from {}: epoch {}, batch {}, step {}", file.string(), view.position.epoch,
+                 view.position.next_batch, view.position.global_step);
+    return view.position;
   }
 
   // Parameters and buffers, placed on the run's device in place, so that the
@@ -247,6 +397,8 @@ class Run final : public RunServices {
       for (auto& [name, tensor] : *list)
         if (tensor.device() != device_) tensor.set_data(tensor.to(device_));
     if (group_) agree_on_start(visit.params, visit.buffers);
+    params_ = visit.params;
+    buffers_ = visit.buffers;
     trainable_.clear();
     trainable_names_.clear();
     int64_t count = 0;
@@ -359,7 +511,8 @@ class Run final : public RunServices {
     return n;
   }
 
-  Prefetcher batches(kiln_split split, int64_t epoch, bool shuffle, int64_t batch_size, const BatchLimit& limit) {
+  Prefetcher batches(kiln_split split, int64_t epoch, bool shuffle, int64_t batch_size, const BatchLimit& limit,
+                     int64_t first_batch = 0) {
     SamplerOptions options;
     options.seed = m_.run.seed;
     options.shuffle = shuffle;
@@ -376,6 +529,7 @@ class Run final : public RunServices {
     const int64_t available = options.drop_last ? shard / batch_size : (shard + batch_size - 1) / batch_size;
     options.max_batches = limit.apply(available);
     BatchPlan plan = plan_epoch(options, epoch, n);
+    plan.drop_front(static_cast<size_t>(first_batch));  // a resumed epoch continues where it stopped
     if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
       spdlog::debug("epoch 0 order starts {} {} {} {} {}", plan.indices[0], plan.indices[1], plan.indices[2],
                     plan.indices[3], plan.indices[4]);
@@ -452,18 +606,23 @@ class Run final : public RunServices {
     int64_t total_periods = per_step ? (max_steps_ > 0 ? max_steps_ : steps_per_epoch * std::max<int64_t>(max_epochs_, 1))
                                      : std::max<int64_t>(max_epochs_, 1);
     LrSchedule schedule(m_.scheduler, m_.optimizer.lr, total_periods);
-    schedule.apply(*optimizer, 0);
+    TrainPosition start;
+    if (resume_) {
+      start = resume_from(*resume_, optimizer.get());
+      global_step_ = start.global_step;
+    }
+    schedule.apply(*optimizer, per_step ? global_step_ : start.epoch);
 
     const bool validates = model().plugin().model_hooks().validation_step != nullptr && length(KILN_SPLIT_VAL) > 0 &&
                            t.check_val_every_n_epoch > 0;
     call_callbacks(&kiln_callback_hooks::on_fit_start, "on_fit_start", progress(KILN_STAGE_FIT, 0, -1));
 
-    int64_t epoch = 0;
+    int64_t epoch = start.epoch;
     for (; max_epochs_ < 0 || epoch < max_epochs_; ++epoch) {
       call_callbacks(&kiln_callback_hooks::on_train_epoch_start, "on_train_epoch_start",
                      progress(KILN_STAGE_FIT, epoch, -1));
       const auto started = std::chrono::steady_clock::now();
-      train_epoch(epoch, *optimizer, schedule);
+      const BatchCursor cursor = train_epoch(epoch, *optimizer, schedule, epoch == start.epoch ? start.next_batch : 0);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       std::map<std::string, double> row = reduce_metrics();
 
@@ -482,7 +641,16 @@ class Run final : public RunServices {
       if (rank() == 0) csv_.append(row);
 
       if (!per_step) schedule.apply(*optimizer, epoch + 1);
-      if (agree_to_stop(stop_requested_) || (max_steps_ >= 0 && global_step_ >= max_steps_)) {
+      // An epoch cut short (max_steps, a stop) resumes where it stopped.
+      const TrainPosition next = cursor.next < cursor.total ? TrainPosition{epoch, cursor.next, global_step_}
+                                                            : TrainPosition{epoch + 1, 0, global_step_};
+      // Epoch checkpoints are for complete epochs; a cut-short epoch is covered
+      // by the step policy (or a preemption), whose checkpoint also carries the
+      // epoch's partial metrics, so a resumed epoch reports exactly.
+      if (checkpointing_ && m_.checkpoint.every_n_epochs > 0 && next.next_batch == 0 &&
+          (epoch + 1) % m_.checkpoint.every_n_epochs == 0)
+        save_checkpoint(next, optimizer.get());
+      if (agree_to_stop(stop_requested_, next, optimizer.get()) || (max_steps_ >= 0 && global_step_ >= max_steps_)) {
         ++epoch;
         break;
       }
@@ -498,16 +666,23 @@ class Run final : public RunServices {
     }
   }
 
-  void train_epoch(int64_t epoch, torch::optim::Optimizer& optimizer, const LrSchedule& schedule) {
+  struct BatchCursor {
+    int64_t next;   // the batch a resumed run would run next
+    int64_t total;  // batches in the epoch
+  };
+
+  BatchCursor train_epoch(int64_t epoch, torch::optim::Optimizer& optimizer, const LrSchedule& schedule,
+                          int64_t first_batch) {
     const auto& t = m_.trainer;
-    Prefetcher loader = batches(KILN_SPLIT_TRAIN, epoch, t.shuffle, t.batch_size, limit_train_);
+    Prefetcher loader = batches(KILN_SPLIT_TRAIN, epoch, t.shuffle, t.batch_size, limit_train_, first_batch);
     const auto& hooks = model().plugin().model_hooks();
-    const int64_t n = static_cast<int64_t>(loader.size());
+    const int64_t n = static_cast<int64_t>(loader.size()) + first_batch;
     const int64_t accumulate = t.accumulate_grad_batches;
     samples_this_epoch_ = 0;
     progress_.begin(fmt::format("epoch {}", epoch), n);
     optimizer.zero_grad();
-    for (int64_t b = 0; b < n; ++b) {
+    int64_t b = first_batch;
+    for (; b < n; ++b) {
       if (!group_) check_signal();  // distributed: agreed on below, with the others
       BatchPtr batch = loader.next();
       to_device(*batch);
@@ -557,13 +732,21 @@ class Run final : public RunServices {
                        progress(KILN_STAGE_FIT, epoch, b));
       }
       progress_.step(b, value);
-      const bool stop = boundary ? agree_to_stop(stop_requested_) : (group_ ? false : stop_requested_.load());
+      bool stop = !group_ && stop_requested_.load();
+      if (boundary) {
+        const TrainPosition here{epoch, b + 1, global_step_};
+        if (checkpointing_ && m_.checkpoint.every_n_steps > 0 && global_step_ % m_.checkpoint.every_n_steps == 0)
+          save_checkpoint(here, &optimizer);
+        stop = agree_to_stop(stop_requested_, here, &optimizer);
+      }
       if (stop || (max_steps_ >= 0 && global_step_ >= max_steps_)) {
         stop_requested_ = stop_requested_ || stop;
+        ++b;
         break;
       }
     }
     progress_.end();
+    return BatchCursor{b, n};
   }
 
   void clip_gradients() {
@@ -664,6 +847,11 @@ class Run final : public RunServices {
   std::atomic<bool> stop_requested_{false};
 
   std::unique_ptr<ProcessGroup> group_;
+  NamedTensors params_, buffers_;
+  bool checkpointing_ = false;
+  int preempt_signal_ = 0;
+  std::optional<std::filesystem::path> resume_;
+  std::vector<CheckpointInfo> ranked_;
   std::unique_ptr<GradSync> grad_sync_;
   std::set<std::string> warned_metrics_;
   std::vector<at::Tensor> trainable_;
@@ -677,8 +865,8 @@ class Run final : public RunServices {
 }  // namespace
 
 RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal,
-               const DistEnv* dist) {
-  Run run(manifest, command, signal, dist);
+               const DistEnv* dist, const std::optional<std::filesystem::path>& resume) {
+  Run run(manifest, command, signal, dist, resume);
   return run.execute(std::move(plugins));
 }
 

@@ -27,6 +27,7 @@ class PeerFailure : public std::runtime_error {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;    // training failed (a hook, the host)
 inline constexpr int kExitBadInput = 2;   // refused before anything ran
+inline constexpr int kExitPreempted = 75;     // preempted; a checkpoint was committed (EX_TEMPFAIL: retry)
 inline constexpr int kExitInterrupted = 130;  // SIGINT/SIGTERM
 
 }  // namespace kiln

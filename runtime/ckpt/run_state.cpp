@@ -1,0 +1,296 @@
+#include "ckpt/run_state.hpp"
+
+#include "ckpt/retention.hpp"
+#include "util/errors.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+namespace kiln {
+
+namespace {
+
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? "," : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+
+// A tensor section: "<dtype> <d0,d1,...>\n" then the contiguous CPU bytes.
+void add_tensor(CheckpointWriter& writer, const std::string& name, const at::Tensor& tensor) {
+  const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+  std::string sizes;
+  for (int64_t d = 0; d < t.dim(); ++d) sizes += (d ? "," : "") + std::to_string(t.size(d));
+  const std::string header = std::string(c10::toString(t.scalar_type())) + " " + sizes + "\n";
+  const size_t bytes = t.numel() * t.element_size();
+  std::string section;
+  section.reserve(header.size() + bytes);
+  section += header;
+  section.append(static_cast<const char*>(t.data_ptr()), bytes);
+  writer.add(name, section);
+}
+
+struct TensorSection {
+  std::string dtype;
+  std::vector<int64_t> sizes;
+  std::string_view data;
+};
+
+TensorSection parse_tensor(const CheckpointFile& file, const std::string& name) {
+  const std::string_view raw = file.section(name);
+  const size_t newline = raw.find('\n');
+  if (newline == std::string_view::npos)
+    throw CheckpointError(file.path().string() + ": section '" + name + "' is not a tensor");
+  std::istringstream header(std::string(raw.substr(0, newline)));
+  TensorSection out;
+  std::string sizes;
+  header >> out.dtype >> sizes;
+  std::istringstream parts(sizes);
+  for (std::string p; std::getline(parts, p, ',');)
+    if (!p.empty()) out.sizes.push_back(std::stoll(p));
+  out.data = raw.substr(newline + 1);
+  return out;
+}
+
+// Copies section `name` into `target` after checking dtype and shape.
+void restore_tensor(const CheckpointFile& file, const std::string& name, const std::string& what, at::Tensor& target) {
+  const TensorSection s = parse_tensor(file, name);
+  const std::string dtype = c10::toString(target.scalar_type());
+  if (s.sizes != target.sizes().vec())
+    throw CheckpointError(file.path().string() + ": shape of '" + what + "' is " + shape_text(s.sizes) +
+                          " in the checkpoint but " + shape_text(target.sizes()) + " in the model");
+  if (s.dtype != dtype)
+    throw CheckpointError(file.path().string() + ": dtype of '" + what + "' is " + s.dtype + " in the checkpoint but " +
+                          dtype + " in the model");
+  if (s.data.size() != static_cast<size_t>(target.numel() * target.element_size()))
+    throw CheckpointError(file.path().string() + ": section '" + name + "' has the wrong number of bytes");
+  at::Tensor source = at::empty(s.sizes, target.options().device(at::kCPU));
+  std::memcpy(source.data_ptr(), s.data.data(), s.data.size());
+  at::NoGradGuard no_grad;
+  target.copy_(source);
+}
+
+at::Tensor load_tensor(const CheckpointFile& file, const std::string& name, const at::Tensor& like) {
+  at::Tensor t = at::empty_like(like);
+  restore_tensor(file, name, name, t);
+  return t;
+}
+
+std::string meta_text(const RunStateView& s) {
+  char value[64] = "";
+  if (s.monitored) std::snprintf(value, sizeof value, "%a", *s.monitored);
+  std::ostringstream out;
+  out << "format " << kCheckpointFormat << "\nkiln " << KILN_VERSION << "\nepoch " << s.position.epoch
+      << "\nnext_batch " << s.position.next_batch << "\nglobal_step " << s.position.global_step
+      << "\nmonitor " << s.monitor << "\nmonitored " << value << "\n";
+  return out.str();
+}
+
+// The optimizer's per-parameter state, as tensor sections "optim/<i>/<field>".
+void save_optimizer(CheckpointWriter& writer, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params) {
+  auto& states = optimizer.state();
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto it = states.find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
+    if (it == states.end()) continue;  // no step taken yet for this parameter
+    const std::string prefix = "optim/" + std::to_string(i) + "/";
+    if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+      writer.add(prefix + "step", std::to_string(adam->step()));
+      add_tensor(writer, prefix + "exp_avg", adam->exp_avg());
+      add_tensor(writer, prefix + "exp_avg_sq", adam->exp_avg_sq());
+      if (adam->max_exp_avg_sq().defined()) add_tensor(writer, prefix + "max_exp_avg_sq", adam->max_exp_avg_sq());
+    } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+      writer.add(prefix + "step", std::to_string(adamw->step()));
+      add_tensor(writer, prefix + "exp_avg", adamw->exp_avg());
+      add_tensor(writer, prefix + "exp_avg_sq", adamw->exp_avg_sq());
+      if (adamw->max_exp_avg_sq().defined()) add_tensor(writer, prefix + "max_exp_avg_sq", adamw->max_exp_avg_sq());
+    } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+      if (sgd->momentum_buffer().defined()) add_tensor(writer, prefix + "momentum_buffer", sgd->momentum_buffer());
+      writer.add(prefix + "sgd", "");
+    }
+  }
+}
+
+void restore_optimizer(const CheckpointFile& file, torch::optim::Optimizer& optimizer,
+                       const std::vector<at::Tensor>& params) {
+  auto& states = optimizer.state();
+  states.clear();
+  const bool is_adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
+  const bool is_adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string prefix = "optim/" + std::to_string(i) + "/";
+    const std::string key = c10::guts::to_string(params[i].unsafeGetTensorImpl());
+    if (file.has(prefix + "step")) {
+      if (!is_adam && !is_adamw)
+        throw CheckpointError(file.path().string() + ": the checkpoint holds Adam state, but the optimizer is not Adam/AdamW");
+      const int64_t step = std::stoll(std::string(file.section(prefix + "step")));
+      auto restore = [&](auto state) {
+        state->step(step);
+        state->exp_avg(load_tensor(file, prefix + "exp_avg", params[i]));
+        state->exp_avg_sq(load_tensor(file, prefix + "exp_avg_sq", params[i]));
+        if (file.has(prefix + "max_exp_avg_sq"))
+          state->max_exp_avg_sq(load_tensor(file, prefix + "max_exp_avg_sq", params[i]));
+        states[key] = std::move(state);
+      };
+      if (is_adamw)
+        restore(std::make_unique<torch::optim::AdamWParamState>());
+      else
+        restore(std::make_unique<torch::optim::AdamParamState>());
+    } else if (file.has(prefix + "sgd")) {
+      if (dynamic_cast<torch::optim::SGD*>(&optimizer) == nullptr)
+        throw CheckpointError(file.path().string() + ": the checkpoint holds SGD state, but the optimizer is not SGD");
+      auto state = std::make_unique<torch::optim::SGDParamState>();
+      if (file.has(prefix + "momentum_buffer"))
+        state->momentum_buffer(load_tensor(file, prefix + "momentum_buffer", params[i]));
+      states[key] = std::move(state);
+    }
+  }
+}
+
+}  // namespace
+
+void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
+  CheckpointWriter writer(file);
+  writer.add("meta", meta_text(s));
+  writer.add("manifest", s.manifest_text);
+  for (const auto& [name, t] : *s.params) add_tensor(writer, "param/" + name, t);
+  for (const auto& [name, t] : *s.buffers) add_tensor(writer, "buffer/" + name, t);
+  if (s.optimizer && s.trainable) save_optimizer(writer, *s.optimizer, *s.trainable);
+  {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    add_tensor(writer, "rng/cpu", generator.get_state());
+  }
+  for (const auto& [id, blobs] : s.plugin_states)
+    for (const auto& [key, bytes] : blobs) writer.add("plugin/" + id + "/" + key, bytes);
+  writer.add("metrics/latest", s.metrics_latest);
+  writer.add("metrics/pending", s.metrics_pending);
+  writer.add("metrics/csv", s.csv);
+  writer.commit();
+}
+
+CheckpointMeta read_meta(const CheckpointFile& file) {
+  CheckpointMeta meta;
+  std::istringstream in{std::string(file.section("meta"))};
+  for (std::string line; std::getline(in, line);) {
+    const size_t space = line.find(' ');
+    const std::string key = line.substr(0, space);
+    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+    if (key == "epoch") meta.position.epoch = std::stoll(value);
+    else if (key == "next_batch") meta.position.next_batch = std::stoll(value);
+    else if (key == "global_step") meta.position.global_step = std::stoll(value);
+    else if (key == "monitor") meta.monitor = value;
+    else if (key == "monitored" && !value.empty()) meta.monitored = std::strtod(value.c_str(), nullptr);
+    else if (key == "kiln") meta.kiln_version = value;
+  }
+  return meta;
+}
+
+void restore_run_state(const CheckpointFile& file, RunStateView& s) {
+  const std::string where = file.path().string();
+  // Names first: a checkpoint of another model is named as such, not as a
+  // shape error on its first parameter.
+  std::set<std::string> in_file, in_model;
+  for (const auto& name : file.names())
+    if (name.rfind("param/", 0) == 0) in_file.insert(name.substr(6));
+  for (const auto& [name, t] : *s.params) in_model.insert(name);
+  for (const auto& name : in_model)
+    if (!in_file.count(name))
+      throw CheckpointError(where + ": the model's parameter '" + name + "' is not in the checkpoint (a checkpoint of another model?)");
+  for (const auto& name : in_file)
+    if (!in_model.count(name))
+      throw CheckpointError(where + ": the checkpoint's parameter '" + name + "' is not in the model (a checkpoint of another model?)");
+
+  for (auto& [name, t] : *s.params) restore_tensor(file, "param/" + name, name, t);
+  for (auto& [name, t] : *s.buffers)
+    if (file.has("buffer/" + name)) restore_tensor(file, "buffer/" + name, name, t);
+  if (s.optimizer && s.trainable) restore_optimizer(file, *s.optimizer, *s.trainable);
+
+  const TensorSection rng = parse_tensor(file, "rng/cpu");
+  at::Tensor state = at::empty(rng.sizes, at::kByte);
+  if (rng.data.size() != static_cast<size_t>(state.numel()))
+    throw CheckpointError(where + ": the RNG state section has the wrong size");
+  std::memcpy(state.data_ptr(), rng.data.data(), rng.data.size());
+  at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default generator
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+
+  const CheckpointMeta meta = read_meta(file);
+  s.position = meta.position;
+  s.monitored = meta.monitored;
+  s.plugin_states.clear();
+  for (const auto& name : file.names()) {
+    if (name.rfind("plugin/", 0) != 0) continue;
+    const size_t slash = name.find('/', 7);
+    if (slash == std::string::npos) continue;
+    s.plugin_states[name.substr(7, slash - 7)][name.substr(slash + 1)] = std::string(file.section(name));
+  }
+  s.metrics_latest = std::string(file.section("metrics/latest"));
+  s.metrics_pending = std::string(file.section("metrics/pending"));
+  s.csv = std::string(file.section("metrics/csv"));
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+void link_checkpoint(const std::filesystem::path& existing, const std::filesystem::path& final) {
+  const std::filesystem::path dir = final.parent_path();
+  const std::filesystem::path temporary = dir / ("." + final.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  std::error_code ec;
+  std::filesystem::remove(temporary, ec);
+  std::filesystem::create_hard_link(existing, temporary);
+  std::filesystem::rename(temporary, final, ec);
+  if (ec) {
+    std::filesystem::remove(temporary);
+    throw std::runtime_error("cannot publish " + final.string() + ": " + ec.message());
+  }
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot fsync " + dir.string());
+  }
+  ::close(fd);
+}
+
+std::filesystem::path resolve_resume(const std::string& spec, const std::filesystem::path& dir,
+                                     const std::string& monitor, const std::string& mode) {
+  if (spec != "last" && spec != "best") {
+    if (auto problem = CheckpointFile::check(spec)) throw InputError("--resume: " + *problem);
+    return spec;
+  }
+  std::vector<CheckpointInfo> valid;
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.path().extension() != ".ckpt" || name.front() == '.') continue;
+      if (auto problem = CheckpointFile::check(entry.path())) {
+        spdlog::warn("--resume {}: skipping {}", spec, *problem);
+        continue;
+      }
+      const CheckpointMeta meta = read_meta(CheckpointFile::read(entry.path()));
+      valid.push_back(CheckpointInfo{entry.path(), meta.position.epoch, meta.position.global_step, meta.monitored,
+                                     name == "last.ckpt"});
+    }
+  }
+  const RetentionPolicy policy{monitor, mode, 1};
+  const auto chosen = spec == "last" ? pick_last(valid) : pick_best(valid, policy);
+  if (!chosen) throw InputError("--resume " + spec + ": no valid checkpoint in " + dir.string());
+  const bool fell_back = spec == "last" && !chosen->is_last;
+  if (fell_back) spdlog::warn("--resume last: last.ckpt is missing or invalid; using {}", chosen->path.string());
+  return chosen->path;
+}
+
+}  // namespace kiln

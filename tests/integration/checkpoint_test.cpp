@@ -1,0 +1,267 @@
+// Checkpoints with real processes and real files: exact resume, refusal of
+// bad checkpoints, retention, crash safety under SIGKILL, preemption.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "ckpt/checkpoint_file.hpp"
+#include "ckpt/run_state.hpp"
+#include "common.hpp"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(300);
+
+ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"fit", manifest.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return kiln(args, {.timeout = kTimeout});
+}
+
+// A deterministic run with dropout (so the host RNG matters) and checkpoints.
+std::filesystem::path ckpt_manifest(const TempDir& dir, const std::string& checkpoint_lines,
+                                    const std::string& model_extra = "dropout = 0.2") {
+  const std::string text = "[run]\nname = \"ckpt\"\ndir = \"" + (dir / "run").string() +
+                           "\"\nseed = 3\nthreads = 1\ndeterministic = true\n\n[model]\npath = \"kiln_mlp\"\n"
+                           "in_features = 32\nhidden = [32]\nclasses = 4\n" + model_extra +
+                           "\n\n[data]\npath = \"kiln_synthetic\"\nfeatures = 32\nclasses = 4\n\n"
+                           "[trainer]\nmax_epochs = 3\nbatch_size = 32\nprogress = \"none\"\n\n"
+                           "[optimizer]\nname = \"adam\"\nlr = 0.01\n\n[checkpoint]\n" + checkpoint_lines + "\n";
+  write_file(dir / "run.toml", text);
+  return dir / "run.toml";
+}
+
+std::filesystem::path ckpt_dir(const TempDir& dir) { return dir / "run" / "checkpoints"; }
+
+// The sections whose names start with `prefix`, by name.
+std::map<std::string, std::string> sections(const std::filesystem::path& file, const std::string& prefix) {
+  const CheckpointFile f = CheckpointFile::read(file);
+  std::map<std::string, std::string> out;
+  for (const auto& name : f.names())
+    if (name.rfind(prefix, 0) == 0) out[name] = std::string(f.section(name));
+  return out;
+}
+
+TEST(Checkpoint, ResumeFromAMidEpochStepIsBitwiseIdentical) {
+  TempDir straight, interrupted;
+  ASSERT_EQ(fit(ckpt_manifest(straight, "every_n_epochs = 1")).exit_code, 0);
+  // 32 steps an epoch: stop at step 45, in the middle of epoch 1, then resume.
+  const auto m = ckpt_manifest(interrupted, "every_n_epochs = 1\nevery_n_steps = 5\nsave_top_k = 1");
+  auto first = fit(m, {"--set", "trainer.max_steps=45"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto resumed = fit(m, {"--resume", "last"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos);
+  EXPECT_NE(resumed.output.find("epoch 1, batch 13, step 45"), std::string::npos) << resumed.output;
+
+  const auto a = sections(ckpt_dir(straight) / "last.ckpt", "param/");
+  const auto b = sections(ckpt_dir(interrupted) / "last.ckpt", "param/");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "parameters differ after resume";
+  EXPECT_TRUE(sections(ckpt_dir(straight) / "last.ckpt", "optim/") ==
+              sections(ckpt_dir(interrupted) / "last.ckpt", "optim/"));
+  // The resumed run continues metrics.csv, and the interrupted epoch's
+  // metrics include what ran before the interruption: the same numbers.
+  auto rows_a = read_metrics(straight / "run" / "metrics.csv");
+  auto rows_b = read_metrics(interrupted / "run" / "metrics.csv");
+  for (auto* rows : {&rows_a, &rows_b})
+    for (auto& row : *rows) row.erase("epoch_seconds");
+  EXPECT_EQ(rows_a, rows_b);
+}
+
+TEST(Checkpoint, ResumeFromAnEpochCheckpointIsBitwiseIdentical) {
+  TempDir straight, interrupted;
+  ASSERT_EQ(fit(ckpt_manifest(straight, "every_n_epochs = 1")).exit_code, 0);
+  const auto m = ckpt_manifest(interrupted, "every_n_epochs = 1");
+  ASSERT_EQ(fit(m, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
+  auto resumed = fit(m, {"--resume", (ckpt_dir(interrupted) / "epoch=0001-step=000000032.ckpt").string()});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(sections(ckpt_dir(straight) / "last.ckpt", "param/") ==
+              sections(ckpt_dir(interrupted) / "last.ckpt", "param/"));
+}
+
+class BadCheckpoint : public testing::Test {
+ protected:
+  void SetUp() override {
+    m_ = ckpt_manifest(dir_, "every_n_epochs = 1");
+    ASSERT_EQ(fit(m_, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
+    good_ = ckpt_dir(dir_) / "last.ckpt";
+  }
+  // Resumes from `file`: exit 2 and one line containing `expected`.
+  void expect_refused(const std::filesystem::path& file, const std::string& expected,
+                      std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--resume", file.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProcessResult r = fit(m_, args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    const auto at = r.output.find("kiln: error: ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    EXPECT_NE(line.find(file.filename().string()), std::string::npos) << line;
+    EXPECT_NE(line.find(expected), std::string::npos) << line;
+  }
+  TempDir dir_;
+  std::filesystem::path m_, good_;
+};
+
+TEST_F(BadCheckpoint, TruncatedIsRefused) {
+  const auto file = dir_ / "truncated.ckpt";
+  std::filesystem::copy_file(good_, file);
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) / 2);
+  expect_refused(file, "truncated");
+}
+
+TEST_F(BadCheckpoint, BitFlipIsRefused) {
+  const auto file = dir_ / "flipped.ckpt";
+  std::string bytes = read_file(good_);
+  bytes[bytes.size() / 2] ^= 0x10;
+  write_file(file, bytes);
+  expect_refused(file, "checksum");
+}
+
+TEST_F(BadCheckpoint, WrongFormatIsRefused) {
+  const auto file = dir_ / "model.pt";
+  write_file(file, "PK\x03\x04 this is a zip, as torch.save writes");
+  expect_refused(file, "");
+}
+
+TEST_F(BadCheckpoint, WrongModelNamesTheParameterAndBothShapes) {
+  expect_refused(good_, "shape of 'fc1.weight' is [32,32] in the checkpoint but [64,32] in the model",
+                 {"--set", "model.hidden=[64]"});
+}
+
+TEST_F(BadCheckpoint, ResumeLastFallsBackToTheNewestValidCheckpoint) {
+  std::string bytes = read_file(good_);
+  bytes[bytes.size() - 20] ^= 0x01;
+  std::filesystem::remove(good_);  // last.ckpt is a hard link: replace, don't write through
+  write_file(good_, bytes);
+  const ProcessResult r = fit(m_, {"--resume", "last"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("last.ckpt is missing or invalid; using"), std::string::npos) << r.output;
+}
+
+TEST(Checkpoint, TopKKeepsTheBestByTheMonitorAndLast) {
+  TempDir dir;
+  const auto m = ckpt_manifest(dir, "every_n_epochs = 1\nmonitor = \"val/loss\"\nmode = \"min\"\nsave_top_k = 2");
+  ASSERT_EQ(fit(m, {"--set", "trainer.max_epochs=5"}).exit_code, 0);
+  std::vector<std::pair<double, int64_t>> by_loss;  // (val/loss, step) of every epoch
+  for (const auto& row : read_metrics(dir / "run" / "metrics.csv"))
+    if (row.count("val/loss")) by_loss.emplace_back(row.at("val/loss"), static_cast<int64_t>(row.at("step")));
+  std::sort(by_loss.begin(), by_loss.end());
+  std::set<std::string> expected{"last.ckpt"};
+  for (size_t i = 0; i < 2; ++i) {
+    char name[64];
+    const int64_t step = by_loss[i].second;
+    std::snprintf(name, sizeof name, "epoch=%04lld-step=%09lld.ckpt", static_cast<long long>(step / 32),
+                  static_cast<long long>(step));
+    expected.insert(name);
+  }
+  std::set<std::string> present;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) present.insert(e.path().filename());
+  EXPECT_EQ(present, expected);
+}
+
+// SIGKILL at random moments while large checkpoints are being written: only
+// complete, committed checkpoints may ever be visible, and resume works.
+TEST(CheckpointCrash, SigkillDuringWritesLeavesOnlyCommittedCheckpoints) {
+  TempDir dir;
+  // ~20 M values of parameters and Adam state: every checkpoint is ~80 MB.
+  const auto m = ckpt_manifest(dir, "every_n_steps = 1\nsave_top_k = 2", "dropout = 0.0");
+  write_file(m, std::regex_replace(read_file(m), std::regex("hidden = \\[32\\]"), "hidden = [2048, 2048]"));
+  std::mt19937 rng(std::random_device{}());
+  const int trials = 50;
+  int killed_mid_write = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    const bool resume = std::filesystem::exists(ckpt_dir(dir) / "last.ckpt");
+    const std::string delay = std::to_string(0.6 + (rng() % 1500) / 1000.0);
+    // The child is killed by its own shell after a random delay.
+    const std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() + "\"" +
+                                (resume ? " --resume last" : "") + " & pid=$!; sleep " + delay +
+                                "; kill -KILL $pid; wait $pid; exit 0";
+    const ProcessResult r = run_process({"/bin/sh", "-c", command}, {.timeout = kTimeout});
+    ASSERT_FALSE(r.timed_out) << r.output;
+    for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) {
+      const std::string name = e.path().filename();
+      if (name.front() == '.') {
+        ++killed_mid_write;  // a temporary: swept at the next start, never read
+        continue;
+      }
+      ASSERT_EQ(e.path().extension(), ".ckpt") << name;
+      const auto problem = CheckpointFile::check(e.path());
+      ASSERT_FALSE(problem.has_value()) << "trial " << trial << ": " << *problem;
+    }
+  }
+  // Resume from what the last kill left: one more step, then a clean exit.
+  ASSERT_TRUE(std::filesystem::exists(ckpt_dir(dir) / "last.ckpt")) << "no trial ever committed a checkpoint";
+  const int64_t step = read_meta(CheckpointFile::read(ckpt_dir(dir) / "last.ckpt")).position.global_step;
+  const ProcessResult r = fit(m, {"--resume", "last", "--set", "trainer.max_steps=" + std::to_string(step + 1), "--set",
+                                  "trainer.max_epochs=1000"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  RecordProperty("trials_killed_mid_write", killed_mid_write);
+  std::cout << "[          ] " << trials << " trials, " << killed_mid_write << " left a temporary (killed mid-write)\n";
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir)))
+    EXPECT_NE(e.path().filename().string().front(), '.') << "the resumed run sweeps stale temporaries";
+}
+
+class FaultPoint : public testing::TestWithParam<const char*> {};
+
+TEST_P(FaultPoint, KilledAtThePointLeavesThePreviousCheckpointsIntact) {
+  TempDir dir;
+  const auto m = ckpt_manifest(dir, "every_n_steps = 10\nsave_top_k = 1");
+  ASSERT_EQ(fit(m, {"--set", "trainer.max_steps=10"}).exit_code, 0);  // one committed checkpoint
+  const std::string before = read_file(ckpt_dir(dir) / "last.ckpt");
+  const ProcessResult r = kiln({"fit", m.string(), "--resume", "last"},
+                               {.env = {{"KILN_FAULT_INJECT", GetParam()}}, .timeout = kTimeout});
+  EXPECT_EQ(r.signal, SIGKILL) << r.output;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) {
+    if (e.path().filename().string().front() == '.') continue;
+    EXPECT_FALSE(CheckpointFile::check(e.path()).has_value()) << e.path();
+  }
+  const ProcessResult again = fit(m, {"--resume", "last", "--set", "trainer.max_steps=30"});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPoint, FaultPoint,
+                         testing::Values("ckpt:after_open", "ckpt:mid_write", "ckpt:before_fsync", "ckpt:before_rename",
+                                         "ckpt:after_rename", "ckpt:before_dir_fsync"),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           return name.substr(5);
+                         });
+
+TEST(Preemption, SigtermCommitsACheckpointAndExits75ThenResumeContinues) {
+  TempDir dir;
+  const auto m = ckpt_manifest(dir, "every_n_epochs = 1");
+  const std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() +
+                              "\" --set trainer.max_epochs=100000 & pid=$!; sleep 2; kill -TERM $pid; wait $pid";
+  const ProcessResult r = run_process({"/bin/sh", "-c", command}, {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("preempted by SIGTERM; checkpoint committed"), std::string::npos) << r.output;
+  const int64_t step = read_meta(CheckpointFile::read(ckpt_dir(dir) / "last.ckpt")).position.global_step;
+  const ProcessResult resumed = fit(m, {"--resume", "last", "--set", "trainer.max_epochs=100000", "--set",
+                                        "trainer.max_steps=" + std::to_string(step + 5)});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step " + std::to_string(step)), std::string::npos) << resumed.output;
+}
+
+TEST(Preemption, TwoProcessesAgreeCheckpointAndResume) {
+  TempDir dir;
+  const auto m = ckpt_manifest(dir, "every_n_epochs = 1\npreempt_signal = \"SIGUSR1\"");
+  const std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() +
+                              "\" -n 2 --set trainer.max_epochs=100000 & pid=$!; sleep 4; kill -USR1 $pid; wait $pid";
+  const ProcessResult r = run_process({"/bin/sh", "-c", command}, {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("preempted by SIGUSR1; checkpoint committed"), std::string::npos) << r.output;
+  const int64_t step = read_meta(CheckpointFile::read(ckpt_dir(dir) / "last.ckpt")).position.global_step;
+  const ProcessResult resumed = fit(m, {"-n", "2", "--resume", "last", "--set", "trainer.max_epochs=100000", "--set",
+                                        "trainer.max_steps=" + std::to_string(step + 4)});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+}
+
+}  // namespace
+}  // namespace kiln::test
