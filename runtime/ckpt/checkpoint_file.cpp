@@ -300,7 +300,9 @@ CheckpointWriter::CheckpointWriter(std::filesystem::path final_path)
 // Impl's destructor closes and unlinks an uncommitted temporary.
 CheckpointWriter::~CheckpointWriter() = default;
 
-void CheckpointWriter::add(std::string_view name, const void* data, size_t size) {
+void CheckpointWriter::add(std::string_view name, const void* data, size_t size) { add(name, {}, data, size); }
+
+void CheckpointWriter::add(std::string_view name, std::string_view head, const void* data, size_t size) {
   impl_->require_usable("add()");
   // Argument errors are checked before anything is written, so the writer
   // stays usable after them.
@@ -320,11 +322,12 @@ void CheckpointWriter::add(std::string_view name, const void* data, size_t size)
   impl_->emit(name_length, sizeof name_length);
   impl_->emit(name.data(), name.size());
   char data_length[8];
-  put_u64(data_length, static_cast<uint64_t>(size));
+  put_u64(data_length, static_cast<uint64_t>(head.size() + size));
   impl_->emit(data_length, sizeof data_length);
+  impl_->emit(head.data(), head.size());
   impl_->emit(data, size);
   ++impl_->section_count;
-  impl_->payload_bytes += size;
+  impl_->payload_bytes += head.size() + size;
 
   if (!impl_->mid_write_reached && impl_->payload_bytes > 0) {
     impl_->mid_write_reached = true;

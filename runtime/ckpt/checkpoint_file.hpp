@@ -57,6 +57,9 @@ class CheckpointWriter {
   // through, not copied whole into memory).
   void add(std::string_view name, const void* data, size_t size);
   void add(std::string_view name, std::string_view data) { add(name, data.data(), data.size()); }
+  // One section made of `head` followed by `size` bytes at `data`, without
+  // first joining them in memory (a tensor's header and its storage).
+  void add(std::string_view name, std::string_view head, const void* data, size_t size);
 
   // Trailer, fsync, rename, directory fsync. After it returns the checkpoint
   // is durable under its final name. Throws std::runtime_error on failure

@@ -34,12 +34,7 @@ void add_tensor(CheckpointWriter& writer, const std::string& name, const at::Ten
   std::string sizes;
   for (int64_t d = 0; d < t.dim(); ++d) sizes += (d ? "," : "") + std::to_string(t.size(d));
   const std::string header = std::string(c10::toString(t.scalar_type())) + " " + sizes + "\n";
-  const size_t bytes = t.numel() * t.element_size();
-  std::string section;
-  section.reserve(header.size() + bytes);
-  section += header;
-  section.append(static_cast<const char*>(t.data_ptr()), bytes);
-  writer.add(name, section);
+  writer.add(name, header, t.data_ptr(), t.numel() * t.element_size());
 }
 
 struct TensorSection {
