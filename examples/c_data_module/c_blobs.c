@@ -65,13 +65,12 @@ static const struct config_key {
     {"seed", offsetof(blobs_config, seed), INT64_MIN, INT64_MAX},
 };
 
-/* An error for the host, prefixed with the plugin id. */
+/* An error for the host, which adds the plugin id, hook and rank to it. */
 static kiln_error* fail(const kiln_host* host, const char* format, ...) {
   char message[512];
-  int used = snprintf(message, sizeof message, "%s: ", PLUGIN_ID);
   va_list args;
   va_start(args, format);
-  vsnprintf(message + used, sizeof message - (size_t)used, format, args);
+  vsnprintf(message, sizeof message, format, args);
   va_end(args);
   return host->error_new(host, message);
 }

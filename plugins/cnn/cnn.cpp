@@ -30,23 +30,22 @@ class Cnn final : public kiln_plugins::Classifier {
  public:
   Cnn(const kiln::Host& host, kiln::Config& config) : Classifier(host) {
     using kiln_plugins::positive;
-    in_channels_ = positive(kId, "in_channels", config.get<int64_t>("in_channels", 1));
-    image_size_ = positive(kId, "image_size", config.get<int64_t>("image_size", 28));
+    in_channels_ = positive("in_channels", config.get<int64_t>("in_channels", 1));
+    image_size_ = positive("image_size", config.get<int64_t>("image_size", 28));
     const std::vector<int64_t> channels = config.get_list<int64_t>("channels", {32, 64});
-    const int64_t hidden = positive(kId, "hidden", config.get<int64_t>("hidden", 128));
-    const int64_t classes = positive(kId, "classes", config.get<int64_t>("classes", 10));
-    dropout_ = kiln_plugins::dropout_rate(kId, "dropout", config.get<double>("dropout", 0.25));
-    if (channels.empty())
-      throw kiln::ConfigError(std::string(kId) + ": 'channels' needs at least one entry");
+    const int64_t hidden = positive("hidden", config.get<int64_t>("hidden", 128));
+    const int64_t classes = positive("classes", config.get<int64_t>("classes", 10));
+    dropout_ = kiln_plugins::dropout_rate("dropout", config.get<double>("dropout", 0.25));
+    if (channels.empty()) throw kiln::ConfigError("'channels' needs at least one entry");
 
     int64_t side = image_size_;
     for (size_t i = 0; i < channels.size(); ++i) {
-      positive(kId, "channels[" + std::to_string(i) + "]", channels[i]);
+      positive("channels[" + std::to_string(i) + "]", channels[i]);
       side /= 2;
     }
     if (side == 0)
-      throw kiln::ConfigError(std::string(kId) + ": image_size " + std::to_string(image_size_) +
-                              " is too small for " + std::to_string(channels.size()) +
+      throw kiln::ConfigError("image_size " + std::to_string(image_size_) + " is too small for " +
+                              std::to_string(channels.size()) +
                               " pooling stages; use fewer 'channels' entries");
 
     // Built in create, where the host has just seeded the generator, so the
@@ -70,9 +69,8 @@ class Cnn final : public kiln_plugins::Classifier {
     const int64_t per_sample = in_channels_ * image_size_ * image_size_;
     if (input.numel() != n * per_sample)
       throw std::runtime_error(
-          std::string(kId) + ": each input sample has " +
-          std::to_string(n ? input.numel() / n : 0) + " values but in_channels x " +
-          "image_size^2 = " + std::to_string(per_sample) +
+          "each input sample has " + std::to_string(n ? input.numel() / n : 0) +
+          " values but in_channels x image_size^2 = " + std::to_string(per_sample) +
           "; set in_channels and image_size in the [model] table to match the data");
     at::Tensor x = input.reshape({n, in_channels_, image_size_, image_size_});
     for (auto& conv : convs_)

@@ -45,18 +45,16 @@ class EarlyStopping final : public kiln::Callback {
  public:
   EarlyStopping(const kiln::Host& host, kiln::Config& config) : Callback(host) {
     monitor_ = config.get<std::string>("monitor", "val/loss");
-    if (monitor_.empty())
-      throw kiln::ConfigError(std::string(kId) + ": 'monitor' must name a metric");
+    if (monitor_.empty()) throw kiln::ConfigError("'monitor' must name a metric");
     const std::string mode = config.get<std::string>("mode", "min");
     if (mode == "min")
       mode_ = Mode::min;
     else if (mode == "max")
       mode_ = Mode::max;
     else
-      throw kiln::ConfigError(std::string(kId) + ": 'mode' must be \"min\" or \"max\", not \"" +
-                              mode + "\"");
-    patience_ = kiln_plugins::positive(kId, "patience", config.get<int64_t>("patience", 3));
-    min_delta_ = kiln_plugins::non_negative(kId, "min_delta", config.get<double>("min_delta", 0.0));
+      throw kiln::ConfigError("'mode' must be \"min\" or \"max\", not \"" + mode + "\"");
+    patience_ = kiln_plugins::positive("patience", config.get<int64_t>("patience", 3));
+    min_delta_ = kiln_plugins::non_negative("min_delta", config.get<double>("min_delta", 0.0));
     const std::string check_on = config.get<std::string>("check_on", "validation_end");
     if (check_on == "validation_end")
       check_on_ = CheckOn::validation_end;
@@ -64,9 +62,7 @@ class EarlyStopping final : public kiln::Callback {
       check_on_ = CheckOn::train_epoch_end;
     else
       throw kiln::ConfigError(
-          std::string(kId) +
-          ": 'check_on' must be \"validation_end\" or \"train_epoch_end\", not \"" + check_on +
-          "\"");
+          "'check_on' must be \"validation_end\" or \"train_epoch_end\", not \"" + check_on + "\"");
   }
 
   void on_validation_end(const kiln_progress& progress) override {
@@ -103,8 +99,8 @@ class EarlyStopping final : public kiln::Callback {
     if (!value) {
       if (!warned_missing_)
         host().warn("metric '" + monitor_ +
-                    "' has not been recorded; early stopping does nothing " +
-                    "until it is (check 'monitor', and that the model logs it)");
+                    "' has not been recorded; early stopping does nothing until it is "
+                    "(check 'monitor', and that the model logs it)");
       warned_missing_ = true;
       return;
     }
@@ -116,8 +112,8 @@ class EarlyStopping final : public kiln::Callback {
     ++bad_checks_;
     if (bad_checks_ < patience_) return;
     host().request_stop("early stopping: '" + monitor_ + "' did not improve for " +
-                        std::to_string(bad_checks_) + " checks (best " +
-                        (best_ ? brief(*best_) : std::string("none")) + ")");
+                        std::to_string(bad_checks_) + (bad_checks_ == 1 ? " check" : " checks") +
+                        " (best " + (best_ ? brief(*best_) : std::string("none")) + ")");
   }
 
   // NaN never improves, so a diverged run runs out of patience.
@@ -139,8 +135,7 @@ class EarlyStopping final : public kiln::Callback {
       if (used == text.size()) return value;
     } catch (const std::exception&) {
     }
-    throw std::runtime_error(std::string(kId) + ": checkpoint state '" + key +
-                             "' is not a number (\"" + text +
+    throw std::runtime_error("checkpoint state '" + key + "' is not a number (\"" + text +
                              "\"); the checkpoint is corrupt or from another plugin");
   }
 

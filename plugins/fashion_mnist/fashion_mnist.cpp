@@ -40,7 +40,7 @@ class FashionMnist final : public kiln::DataModule {
  public:
   FashionMnist(const kiln::Host& host, kiln::Config& config) : DataModule(host) {
     root_ = config.get<std::string>("root", "/usr/share/datasets/fashion-mnist");
-    val_size_ = kiln_plugins::non_negative(kId, "val_size", config.get<int64_t>("val_size", 5000));
+    val_size_ = kiln_plugins::non_negative("val_size", config.get<int64_t>("val_size", 5000));
     normalize_ = config.get<bool>("normalize", false);
     flatten_ = config.get<bool>("flatten", true);
   }
@@ -51,7 +51,7 @@ class FashionMnist final : public kiln::DataModule {
     SplitData full = load("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz");
     const int64_t total = full.labels.size(0);
     if (val_size_ >= total)
-      throw kiln::ConfigError(std::string(kId) + ": val_size " + std::to_string(val_size_) +
+      throw kiln::ConfigError("val_size " + std::to_string(val_size_) +
                               " leaves no training images (the training file has " +
                               std::to_string(total) + "); use a smaller val_size");
     const int64_t train_size = total - val_size_;
@@ -76,7 +76,7 @@ class FashionMnist final : public kiln::DataModule {
     const int64_t size = data.labels.defined() ? data.labels.size(0) : 0;
     for (size_t i = 0; i < count; ++i)
       if (indices[i] < 0 || indices[i] >= size)
-        throw std::out_of_range(std::string(kId) + ": sample index " + std::to_string(indices[i]) +
+        throw std::out_of_range("sample index " + std::to_string(indices[i]) +
                                 " is out of range for a split of " + std::to_string(size));
     const int64_t n = static_cast<int64_t>(count);
     // index_select copies, so the borrowed indices need not outlive this call.
@@ -97,8 +97,7 @@ class FashionMnist final : public kiln::DataModule {
       case kiln::Split::test:
       case kiln::Split::predict: return test_;
     }
-    throw std::invalid_argument(std::string(kId) + ": unknown split " +
-                                std::to_string(static_cast<int>(split)));
+    throw std::invalid_argument("unknown split " + std::to_string(static_cast<int>(split)));
   }
 
   SplitData load(const std::string& images_file, const std::string& labels_file) const {
@@ -118,10 +117,9 @@ class FashionMnist final : public kiln::DataModule {
       if (data.labels.numel() > 0 && data.labels.max().item<int64_t>() >= kClasses)
         throw kiln_fashion_mnist::IdxError("'" + labels_path + "' has labels outside 0..9");
     } catch (const kiln_fashion_mnist::IdxError& e) {
-      throw std::runtime_error(
-          std::string(kId) + ": " + e.what() +
-          "; install the Debian package dataset-fashion-mnist or set 'root' "
-          "in the [data] table to a directory with the four Fashion-MNIST .gz files");
+      throw std::runtime_error(std::string(e.what()) +
+                               "; install the Debian package dataset-fashion-mnist or set 'root' "
+                               "in the [data] table to a directory with the four .gz files");
     }
     return data;
   }

@@ -25,12 +25,12 @@ class Mlp final : public kiln_plugins::Classifier {
  public:
   Mlp(const kiln::Host& host, kiln::Config& config) : Classifier(host) {
     using kiln_plugins::positive;
-    in_features_ = positive(kId, "in_features", config.get<int64_t>("in_features", 784));
+    in_features_ = positive("in_features", config.get<int64_t>("in_features", 784));
     std::vector<int64_t> widths = config.get_list<int64_t>("hidden", {256, 128});
     for (size_t i = 0; i < widths.size(); ++i)
-      positive(kId, "hidden[" + std::to_string(i) + "]", widths[i]);
-    widths.push_back(positive(kId, "classes", config.get<int64_t>("classes", 10)));
-    dropout_ = kiln_plugins::dropout_rate(kId, "dropout", config.get<double>("dropout", 0.0));
+      positive("hidden[" + std::to_string(i) + "]", widths[i]);
+    widths.push_back(positive("classes", config.get<int64_t>("classes", 10)));
+    dropout_ = kiln_plugins::dropout_rate("dropout", config.get<double>("dropout", 0.0));
 
     // Built here rather than in setup: the host seeds the generator right
     // before create, and building fc1, fc2, ... in order with LibTorch's
@@ -51,7 +51,7 @@ class Mlp final : public kiln_plugins::Classifier {
     at::Tensor x = input.reshape({input.size(0), -1});
     if (x.size(1) != in_features_)
       throw std::runtime_error(
-          std::string(kId) + ": input has " + std::to_string(x.size(1)) +
+          "input has " + std::to_string(x.size(1)) +
           " features per sample but in_features = " + std::to_string(in_features_) +
           "; set in_features in the [model] table to match the data");
     for (size_t i = 0; i < layers_.size(); ++i) {

@@ -49,14 +49,14 @@ class Synthetic final : public kiln::DataModule {
   Synthetic(const kiln::Host& host, kiln::Config& config) : DataModule(host) {
     using kiln_plugins::non_negative;
     using kiln_plugins::positive;
-    train_size_ = non_negative(kId, "train_size", config.get<int64_t>("train_size", 1024));
-    val_size_ = non_negative(kId, "val_size", config.get<int64_t>("val_size", 256));
-    test_size_ = non_negative(kId, "test_size", config.get<int64_t>("test_size", 256));
-    features_ = positive(kId, "features", config.get<int64_t>("features", 32));
-    classes_ = positive(kId, "classes", config.get<int64_t>("classes", 4));
+    train_size_ = non_negative("train_size", config.get<int64_t>("train_size", 1024));
+    val_size_ = non_negative("val_size", config.get<int64_t>("val_size", 256));
+    test_size_ = non_negative("test_size", config.get<int64_t>("test_size", 256));
+    features_ = positive("features", config.get<int64_t>("features", 32));
+    classes_ = positive("classes", config.get<int64_t>("classes", 4));
     // TOML integers are signed; any value is a usable seed, negative ones included.
     seed_ = static_cast<uint64_t>(config.get<int64_t>("seed", 0));
-    noise_ = non_negative(kId, "noise", config.get<double>("noise", 1.0));
+    noise_ = non_negative("noise", config.get<double>("noise", 1.0));
   }
 
   void setup(kiln::Stage) override {
@@ -81,7 +81,7 @@ class Synthetic final : public kiln::DataModule {
     const int64_t size = data.labels.defined() ? data.labels.size(0) : 0;
     for (size_t i = 0; i < count; ++i)
       if (indices[i] < 0 || indices[i] >= size)
-        throw std::out_of_range(std::string(kId) + ": sample index " + std::to_string(indices[i]) +
+        throw std::out_of_range("sample index " + std::to_string(indices[i]) +
                                 " is out of range for a split of " + std::to_string(size));
     // index_select copies, so the borrowed indices need not outlive this call.
     const at::Tensor index =
@@ -108,8 +108,7 @@ class Synthetic final : public kiln::DataModule {
       case kiln::Split::test:
       case kiln::Split::predict: return test_;
     }
-    throw std::invalid_argument(std::string(kId) + ": unknown split " +
-                                std::to_string(static_cast<int>(split)));
+    throw std::invalid_argument("unknown split " + std::to_string(static_cast<int>(split)));
   }
 
   int64_t train_size_ = 0, val_size_ = 0, test_size_ = 0;

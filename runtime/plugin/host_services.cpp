@@ -82,16 +82,22 @@ void request_stop(const kiln_host* host, const char* reason) noexcept {
 }
 
 kiln_tensor* tensor_from_dlpack(const kiln_host*, DLManagedTensor* managed, kiln_error** error) noexcept {
+  std::string failure;
   try {
-    if (managed == nullptr) throw std::invalid_argument("tensor_from_dlpack: NULL tensor");
+    if (managed == nullptr) throw std::invalid_argument("NULL tensor");
     // fromDLPack takes ownership: the producer's deleter runs when the
     // tensor's storage is freed.
     return release_tensor(at::fromDLPack(managed));
   } catch (const c10::Error& e) {
-    if (error) *error = make_error(std::string("tensor_from_dlpack: ") + e.what_without_backtrace());
+    failure = e.what_without_backtrace();
   } catch (const std::exception& e) {
-    if (error) *error = make_error(std::string("tensor_from_dlpack: ") + e.what());
+    failure = e.what();
   }
+  // The ABI promises ownership even on failure: free the producer's memory.
+  // (fromDLPack throws only while checking dtype and device, before it
+  // attaches the deleter to a tensor, so this cannot run it twice.)
+  if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
+  if (error) *error = make_error("tensor_from_dlpack: " + failure);
   return nullptr;
 }
 

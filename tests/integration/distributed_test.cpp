@@ -123,6 +123,9 @@ TEST(Distributed, MetricLoggedOnRankZeroOnlyDoesNotHang) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(read_metrics(dir / "run" / "metrics.csv")[0].at("val/rank0_only"), 1.0);
+  // A metric flagged rank-zero-only is never synced, so no rank is named.
+  EXPECT_EQ(r.output.find("metric 'val/rank0_flagged' was recorded"), std::string::npos) << r.output;
+  EXPECT_EQ(read_metrics(dir / "run" / "metrics.csv")[0].at("val/rank0_flagged"), 2.0);
 }
 
 TEST(Distributed, StopRequestedOnOneRankIsAgreedByAll) {

@@ -120,7 +120,10 @@ class RecorderModel : public Recording<kiln::Model> {
     const at::Tensor target = batch["target"];
     host().log_metric("val/loss", torch::nn::functional::cross_entropy(net_->forward(batch["input"]), target).item<double>(),
                       static_cast<double>(target.size(0)));
-    if (rank0_metric_ && host().rank() == 0) host().log_metric("val/rank0_only", 1.0);
+    if (rank0_metric_ && host().rank() == 0) {
+      host().log_metric("val/rank0_only", 1.0);  // the Lightning deadlock pattern
+      host().log_metric("val/rank0_flagged", 2.0, 1.0, KILN_METRIC_RANK_ZERO_ONLY);  // the sanctioned way
+    }
   }
   void test_step(const kiln::Batch&, int64_t) override { recorder_.hook("test_step"); }
 

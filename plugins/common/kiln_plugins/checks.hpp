@@ -1,6 +1,6 @@
 // kiln_plugins/checks.hpp — range checks for plugin config values. The SDK
-// checks types; these check meaning, with one-line errors that name the plugin
-// and the key so the user knows which manifest line to fix.
+// checks types; these check meaning, with one-line errors that name the key
+// (the host's error line already names the plugin and its manifest table).
 #pragma once
 
 #include <cmath>
@@ -19,32 +19,28 @@ inline std::string number(double value) {
   return out.str();
 }
 
-inline int64_t positive(const char* plugin, const std::string& key, int64_t value) {
+inline int64_t positive(const std::string& key, int64_t value) {
   if (value <= 0)
-    throw kiln::ConfigError(std::string(plugin) + ": '" + key + "' must be positive, got " +
-                            std::to_string(value));
+    throw kiln::ConfigError("'" + key + "' must be positive, got " + std::to_string(value));
   return value;
 }
 
-inline int64_t non_negative(const char* plugin, const std::string& key, int64_t value) {
+inline int64_t non_negative(const std::string& key, int64_t value) {
   if (value < 0)
-    throw kiln::ConfigError(std::string(plugin) + ": '" + key + "' must be 0 or more, got " +
-                            std::to_string(value));
+    throw kiln::ConfigError("'" + key + "' must be 0 or more, got " + std::to_string(value));
   return value;
 }
 
-inline double non_negative(const char* plugin, const std::string& key, double value) {
+inline double non_negative(const std::string& key, double value) {
   if (!(value >= 0.0) || std::isinf(value))
-    throw kiln::ConfigError(std::string(plugin) + ": '" + key +
-                            "' must be a finite number >= 0, got " + number(value));
+    throw kiln::ConfigError("'" + key + "' must be a finite number >= 0, got " + number(value));
   return value;
 }
 
 // A dropout rate: 1 would zero every activation, so it is excluded.
-inline double dropout_rate(const char* plugin, const std::string& key, double value) {
+inline double dropout_rate(const std::string& key, double value) {
   if (!(value >= 0.0 && value < 1.0))
-    throw kiln::ConfigError(std::string(plugin) + ": '" + key + "' must be in [0, 1), got " +
-                            number(value));
+    throw kiln::ConfigError("'" + key + "' must be in [0, 1), got " + number(value));
   return value;
 }
 

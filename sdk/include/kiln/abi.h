@@ -217,10 +217,11 @@ typedef struct kiln_host {
   void (*request_stop)(const struct kiln_host* host, const char* reason);
 
   /* --- tensors ---------------------------------------------------------- */
-  /* Wraps a DLPack tensor without copying. Takes ownership of `managed`: its
-   * deleter runs when the last reference to the returned handle is released,
-   * possibly on another thread. Returns an owned handle, or NULL with *error
-   * set (e.g. an unsupported dtype). Any thread. */
+  /* Wraps a DLPack tensor without copying. Takes ownership of `managed`, even
+   * on failure: its deleter runs when the last reference to the returned
+   * handle is released (possibly on another thread), or before this returns
+   * NULL with *error set (e.g. an unsupported dtype). Never call the deleter
+   * yourself after passing it here. Any thread. */
   kiln_tensor* (*tensor_from_dlpack)(const struct kiln_host* host, struct DLManagedTensor* managed,
                                      kiln_error** error);
   /* Exports a tensor as DLPack (zero-copy; the tensor must not require grad).
@@ -235,7 +236,8 @@ typedef struct kiln_host {
 
   /* --- batches ---------------------------------------------------------- */
   /* Creates an empty batch, owned by the caller until returned from get_batch
-   * (or released with batch_release). Any thread. */
+   * (or released with batch_release). NULL only when memory is exhausted.
+   * Any thread. */
   kiln_batch* (*batch_new)(const struct kiln_host* host);
   /* Stores `tensor` under `name` (copied), taking ownership of the handle even
    * on failure. A name may appear once. Any thread. */
