@@ -45,6 +45,20 @@ std::map<std::string, double> MetricStore::reduce() {
   return out;
 }
 
+// One line of export_pending(): "<reduce> <sum> <weight> <extreme> <count> <name>".
+bool MetricStore::parse_pending(const std::string& line, std::string* name, Accumulator* a) {
+  unsigned reduce = 0;
+  long long count = 0;
+  int consumed = 0;
+  if (std::sscanf(line.c_str(), "%u %la %la %la %lld %n", &reduce, &a->sum, &a->weight, &a->extreme, &count,
+                  &consumed) < 5)
+    return false;
+  a->reduce = reduce;
+  a->count = count;
+  *name = line.substr(static_cast<size_t>(consumed));
+  return true;
+}
+
 std::string MetricStore::export_pending() const {
   // One line a metric; %a keeps doubles exact across the text round trip.
   std::string out;
@@ -65,24 +79,18 @@ std::map<std::string, double> MetricStore::reduce_merged(const std::vector<std::
   for (size_t rank = 0; rank < per_rank.size(); ++rank) {
     std::istringstream in(per_rank[rank]);
     for (std::string line; std::getline(in, line);) {
-      unsigned reduce = 0;
-      double sum = 0, weight = 0, extreme = 0;
-      long long count = 0;
-      int consumed = 0;
-      if (std::sscanf(line.c_str(), "%u %la %la %la %lld %n", &reduce, &sum, &weight, &extreme, &count, &consumed) < 5)
-        continue;
-      const std::string name = line.substr(static_cast<size_t>(consumed));
-      auto [it, inserted] = merged.try_emplace(name);
+      std::string name;
+      Accumulator r;
+      if (!parse_pending(line, &name, &r)) continue;
+      auto [it, inserted] = merged.try_emplace(name, r);
       Accumulator& a = it->second;
-      if (inserted) {
-        a.reduce = reduce;
-        a.extreme = extreme;
+      if (!inserted) {
+        a.sum += r.sum;
+        a.weight += r.weight;
+        a.count += r.count;
+        if (r.reduce == KILN_METRIC_REDUCE_MAX) a.extreme = std::max(a.extreme, r.extreme);
+        if (r.reduce == KILN_METRIC_REDUCE_MIN) a.extreme = std::min(a.extreme, r.extreme);
       }
-      a.sum += sum;
-      a.weight += weight;
-      a.count += count;
-      if (reduce == KILN_METRIC_REDUCE_MAX) a.extreme = std::max(a.extreme, extreme);
-      if (reduce == KILN_METRIC_REDUCE_MIN) a.extreme = std::min(a.extreme, extreme);
       holders[name].push_back(rank);
     }
   }
@@ -129,18 +137,9 @@ void MetricStore::import(const std::string& latest, const std::string& pending) 
   pending_.clear();
   std::istringstream p(pending);
   for (std::string line; std::getline(p, line);) {
-    unsigned reduce = 0;
-    double sum = 0, weight = 0, extreme = 0;
-    long long count = 0;
-    int consumed = 0;
-    if (std::sscanf(line.c_str(), "%u %la %la %la %lld %n", &reduce, &sum, &weight, &extreme, &count, &consumed) < 5)
-      continue;
-    Accumulator& a = pending_[line.substr(static_cast<size_t>(consumed))];
-    a.reduce = reduce;
-    a.sum = sum;
-    a.weight = weight;
-    a.extreme = extreme;
-    a.count = count;
+    std::string name;
+    Accumulator a;
+    if (parse_pending(line, &name, &a)) pending_[name] = a;
   }
 }
 

@@ -46,6 +46,7 @@ class MetricStore {
     int64_t count = 0;
   };
   static double value_of(const Accumulator& a);
+  static bool parse_pending(const std::string& line, std::string* name, Accumulator* a);
   std::map<std::string, Accumulator> pending_;
   std::map<std::string, double> latest_;
 };

@@ -2,7 +2,25 @@
 
 #include <algorithm>
 
+#include <ATen/Parallel.h>
+
+// Weak: the host needs no OpenMP at link time; it resolves at run time to the
+// OpenMP runtime LibTorch loaded, and stays NULL for a LibTorch without one.
+extern "C" __attribute__((weak)) void omp_set_num_threads(int);
+
 namespace kiln {
+
+namespace {
+
+// get_batch runs with one intra-op thread, as PyTorch's DataLoader workers
+// do: a second OpenMP team busy-waiting on the cores the training step's team
+// needs costs more than any gather it could speed up (bench/README.md).
+void use_one_intra_op_thread() {
+  (void)at::get_num_threads();  // LibTorch's lazy per-thread set-up first, so it cannot undo ours
+  if (omp_set_num_threads != nullptr) omp_set_num_threads(1);
+}
+
+}  // namespace
 
 Prefetcher::Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth)
     : data_(data),
@@ -25,6 +43,7 @@ Prefetcher::~Prefetcher() {
 }
 
 void Prefetcher::work() {
+  use_one_intra_op_thread();
   const auto& hooks = data_.plugin().data_hooks();
   for (;;) {
     size_t b;

@@ -57,3 +57,16 @@ BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t lengt
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+int64_t batches_in_shard(const SamplerOptions& o, int64_t length) {
+  if (length <= 0) return 0;
+  const int64_t w = std::max<int64_t>(o.world_size, 1);
+  const int64_t shard = w == 1 ? length
+                        : o.equal_shards ? (o.drop_last ? length / w : (length + w - 1) / w)
+                                         : (length - o.rank + w - 1) / w;
+  return o.drop_last ? shard / o.batch_size : (shard + o.batch_size - 1) / o.batch_size;
+}
+
+}  // namespace kiln

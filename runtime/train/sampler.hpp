@@ -47,4 +47,8 @@ struct SamplerOptions {
 
 BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t length);
 
+// How many batches this rank's shard of `length` samples makes, before
+// max_batches (what plan_epoch would cut with max_batches = -1).
+int64_t batches_in_shard(const SamplerOptions& options, int64_t length);
+
 }  // namespace kiln

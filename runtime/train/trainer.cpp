@@ -511,8 +511,8 @@ class Run final : public RunServices {
     return n;
   }
 
-  Prefetcher batches(kiln_split split, int64_t epoch, bool shuffle, int64_t batch_size, const BatchLimit& limit,
-                     int64_t first_batch = 0) {
+  SamplerOptions sampler_options(kiln_split split, bool shuffle, int64_t batch_size, const BatchLimit& limit,
+                                 int64_t length) const {
     SamplerOptions options;
     options.seed = m_.run.seed;
     options.shuffle = shuffle;
@@ -521,13 +521,14 @@ class Run final : public RunServices {
     options.rank = rank();
     options.world_size = split == KILN_SPLIT_PREDICT ? 1 : world_size();
     options.equal_shards = split == KILN_SPLIT_TRAIN;
+    options.max_batches = limit.apply(batches_in_shard(options, length));
+    return options;
+  }
+
+  Prefetcher batches(kiln_split split, int64_t epoch, bool shuffle, int64_t batch_size, const BatchLimit& limit,
+                     int64_t first_batch = 0) {
     const int64_t n = length(split);
-    const int64_t shard = options.world_size == 1 ? n
-                          : options.equal_shards
-                              ? (options.drop_last ? n / options.world_size : (n + options.world_size - 1) / options.world_size)
-                              : (n - options.rank + options.world_size - 1) / options.world_size;
-    const int64_t available = options.drop_last ? shard / batch_size : (shard + batch_size - 1) / batch_size;
-    options.max_batches = limit.apply(available);
+    const SamplerOptions options = sampler_options(split, shuffle, batch_size, limit, n);
     BatchPlan plan = plan_epoch(options, epoch, n);
     plan.drop_front(static_cast<size_t>(first_batch));  // a resumed epoch continues where it stopped
     if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
@@ -595,10 +596,7 @@ class Run final : public RunServices {
     const int64_t train_batches = [&] {
       const int64_t n = length(KILN_SPLIT_TRAIN);
       if (n == 0) throw HookError(data().id(), "data", "length", "the train split is empty; `kiln fit` needs samples");
-      const int64_t w = world_size();
-      const int64_t shard = t.drop_last ? n / w : (n + w - 1) / w;
-      const int64_t available = t.drop_last ? shard / t.batch_size : (shard + t.batch_size - 1) / t.batch_size;
-      return limit_train_.apply(available);
+      return sampler_options(KILN_SPLIT_TRAIN, t.shuffle, t.batch_size, limit_train_, n).max_batches;
     }();
     if (group_) grad_sync_ = std::make_unique<GradSync>(*group_, trainable_, trainable_names_);
     const int64_t steps_per_epoch = (train_batches + t.accumulate_grad_batches - 1) / t.accumulate_grad_batches;

@@ -125,3 +125,28 @@ TEST(DistributedSampler, UnionOfRankBatchesIsTheSingleProcessBatch) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(Sampler, BatchesInShardMatchesThePlan) {
+  for (int64_t world : {1, 2, 3}) {
+    for (bool drop_last : {false, true}) {
+      for (bool equal : {false, true}) {
+        SamplerOptions o;
+        o.batch_size = 4;
+        o.world_size = world;
+        o.drop_last = drop_last;
+        o.equal_shards = equal;
+        for (int64_t r = 0; r < world; ++r) {
+          o.rank = r;
+          EXPECT_EQ(batches_in_shard(o, 23), static_cast<int64_t>(plan_epoch(o, 0, 23).size()))
+              << "world " << world << " rank " << r << " drop_last " << drop_last << " equal " << equal;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln
