@@ -163,6 +163,12 @@ TEST(Checkpoint, TopKKeepsTheBestByTheMonitorAndLast) {
   std::set<std::string> present;
   for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) present.insert(e.path().filename());
   EXPECT_EQ(present, expected);
+
+  // --resume best picks the lowest val/loss among them.
+  const int64_t best_step = by_loss[0].second;
+  const ProcessResult r = fit(m, {"--resume", "best", "--set", "trainer.max_epochs=6"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step " + std::to_string(best_step)), std::string::npos) << r.output;
 }
 
 // SIGKILL at random moments while large checkpoints are being written: only

@@ -177,6 +177,7 @@ struct Fault {
   const char* name;
   int signal;
   const char* expected;
+  int victim;  // the rank that gets the signal
 };
 
 class FaultInjection : public testing::TestWithParam<Fault> {};
@@ -191,7 +192,7 @@ TEST_P(FaultInjection, StopsEveryRankWithinTimeoutPlusGraceAndLeavesNoProcess) {
   ProcessResult result;
   std::thread runner([&] { result = kiln({"fit", manifest.string()}, {.timeout = kTimeout}); });
   std::mt19937 rng(std::random_device{}());
-  const int victim = static_cast<int>(rng() % 2);
+  const int victim = fault.victim;
   const int steps = 1 + static_cast<int>(rng() % 40);
   const pid_t pid = wait_for_rank(dir / "calls.log", victim, steps);
   ASSERT_GT(pid, 0) << "rank " << victim << " never ran " << steps << " steps";
@@ -211,10 +212,15 @@ TEST_P(FaultInjection, StopsEveryRankWithinTimeoutPlusGraceAndLeavesNoProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KillARankAtARandomStep, FaultInjection,
-                         testing::Values(Fault{"sigkill", SIGKILL, "was killed by SIGKILL"},
-                                         Fault{"sigstop", SIGSTOP, "stopped responding"},
-                                         Fault{"sigsegv", SIGSEGV, "was killed by SIGSEGV"}),
-                         [](const testing::TestParamInfo<Fault>& info) { return std::string(info.param.name); });
+                         testing::Values(Fault{"sigkill", SIGKILL, "was killed by SIGKILL", 0},
+                                         Fault{"sigkill", SIGKILL, "was killed by SIGKILL", 1},
+                                         Fault{"sigstop", SIGSTOP, "stopped responding", 0},
+                                         Fault{"sigstop", SIGSTOP, "stopped responding", 1},
+                                         Fault{"sigsegv", SIGSEGV, "was killed by SIGSEGV", 0},
+                                         Fault{"sigsegv", SIGSEGV, "was killed by SIGSEGV", 1}),
+                         [](const testing::TestParamInfo<Fault>& info) {
+                           return std::string(info.param.name) + "_rank" + std::to_string(info.param.victim);
+                         });
 
 TEST(Distributed, SigintToTheSupervisorStopsEveryRankWithCleanup) {
   TempDir dir;
