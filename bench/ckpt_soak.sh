@@ -10,7 +10,7 @@ trials=${1:-500}
 build=${KILN_BUILD_DIR:-build}
 cmake --build "$build" -j2 --target kiln kiln_mlp kiln_synthetic >/dev/null
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+trap '[ "${keep:-0}" = 1 ] && echo "kept $dir for inspection" || rm -rf "$dir"' EXIT
 cat >"$dir/run.toml" <<TOML
 [run]
 name = "soak"
@@ -36,15 +36,20 @@ mid_write=0; bad=0
 for i in $(seq 1 "$trials"); do
   resume=""
   [ -e "$dir/run/checkpoints/last.ckpt" ] && resume="--resume last"
-  "$build/bin/kiln" fit "$dir/run.toml" $resume >/dev/null 2>&1 &
+  "$build/bin/kiln" fit "$dir/run.toml" $resume >"$dir/trial.log" 2>&1 &
   pid=$!
   sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.9 + (r % 1600) / 1000 }')"
-  kill -KILL $pid; wait $pid 2>/dev/null || true
+  if ! kill -KILL $pid 2>/dev/null; then
+    echo "trial $i: kiln exited before the kill:"; tail -3 "$dir/trial.log"; bad=$((bad + 1)); keep=1
+  fi
+  wait $pid 2>/dev/null || true
   [ -d "$dir/run/checkpoints" ] || continue
   ls -A "$dir/run/checkpoints" | grep -q '^\.' && mid_write=$((mid_write + 1))
   for f in "$dir"/run/checkpoints/*.ckpt; do
     [ -e "$f" ] || continue
-    "$build/bin/kiln" inspect "$f" >/dev/null 2>&1 || { echo "trial $i: INVALID $f"; bad=$((bad + 1)); }
+    if ! out=$("$build/bin/kiln" inspect "$f" 2>&1); then
+      echo "trial $i: INVALID $f: $out"; bad=$((bad + 1)); keep=1
+    fi
   done
 done
 "$build/bin/kiln" fit "$dir/run.toml" --resume last --set trainer.max_epochs=100000 \

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -18,6 +17,7 @@
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/retention.hpp"
 #include "ckpt/run_state.hpp"
+#include "dist/agreement.hpp"
 #include "dist/grad_sync.hpp"
 #include "dist/process_group.hpp"
 #include "kiln/tensor.hpp"
@@ -299,6 +299,12 @@ class Run final : public RunServices {
         const auto last = c.dir / "last.ckpt";
         if (c.save_top_k != 0) {
           save_run_state(ranked, view);
+          // A resumed run can commit a name an earlier run already used (it
+          // died between that commit and pruning): the new file replaced the
+          // old, so it replaces the old entry too, or pruning would delete it.
+          ranked_.erase(std::remove_if(ranked_.begin(), ranked_.end(),
+                                       [&](const CheckpointInfo& i) { return i.path == ranked; }),
+                        ranked_.end());
           ranked_.push_back(CheckpointInfo{ranked, position.epoch, position.global_step, view.monitored, false});
           written = ranked;
           if (c.save_last) link_checkpoint(ranked, last);
@@ -430,7 +436,7 @@ class Run final : public RunServices {
   // weights are broadcast so all ranks start equal.
   void agree_on_start(std::vector<std::pair<std::string, at::Tensor>>& params,
                       std::vector<std::pair<std::string, at::Tensor>>& buffers) {
-    std::vector<std::pair<std::string, std::string>> parts;
+    Facts parts;
     parts.emplace_back("manifest", m_.text);
     std::string builds;
     for (const PluginInstance* p : all_plugins())
@@ -442,38 +448,8 @@ class Run final : public RunServices {
       for (auto& [name, t] : *list) shapes += name + " " + shape_text(t) + " " + std::string(c10::toString(t.scalar_type())) + "\n";
     parts.emplace_back("model parameters", shapes);
 
-    std::string mine;
-    for (auto& [what, text] : parts) mine += what + "\x1f" + text + "\x1e";
-    const std::vector<std::string> all = group_->all_gather_text(mine);
-    for (int r = 1; r < world_size(); ++r) {
-      if (all[r] == all[0]) continue;
-      // Name the first thing that differs, in the words of the two ranks.
-      auto split = [](const std::string& blob) {
-        std::vector<std::pair<std::string, std::string>> out;
-        size_t at = 0;
-        while (at < blob.size()) {
-          const size_t unit = blob.find('\x1f', at), record = blob.find('\x1e', unit);
-          out.emplace_back(blob.substr(at, unit - at), blob.substr(unit + 1, record - unit - 1));
-          at = record + 1;
-        }
-        return out;
-      };
-      const auto a = split(all[0]), b = split(all[r]);
-      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-        if (a[i].second == b[i].second) continue;
-        std::istringstream la(a[i].second), lb(b[i].second);
-        std::string x, y;
-        while (true) {
-          const bool more_a = static_cast<bool>(std::getline(la, x)), more_b = static_cast<bool>(std::getline(lb, y));
-          if (!more_a) x = "(nothing)";
-          if (!more_b) y = "(nothing)";
-          if (x != y || (!more_a && !more_b)) break;
-        }
-        throw std::runtime_error(fmt::format("ranks 0 and {} differ in their {}: rank 0 has '{}', rank {} has '{}'; "
-                                             "every rank must run the same manifest, plugins and model",
-                                             r, a[i].first, x, r, y));
-      }
-    }
+    if (auto difference = first_difference(group_->all_gather_text(encode_facts(parts))))
+      throw std::runtime_error(*difference);
     std::vector<at::Tensor> tensors;
     for (auto* list : {&params, &buffers})
       for (auto& [name, t] : *list) tensors.push_back(t);
@@ -488,18 +464,6 @@ class Run final : public RunServices {
     std::string out = "[";
     for (int64_t d = 0; d < t.dim(); ++d) out += (d ? "," : "") + std::to_string(t.size(d));
     return out + "]";
-  }
-
-  // FNV-1a of the file's bytes: two ranks with different builds of a plugin
-  // are caught even when id and version agree.
-  static std::string file_digest(const std::filesystem::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    uint64_t h = 1469598103934665603ull;
-    char buffer[1 << 16];
-    while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-      for (std::streamsize i = 0; i < in.gcount(); ++i) h = (h ^ static_cast<unsigned char>(buffer[i])) * 1099511628211ull;
-    }
-    return fmt::format("{:016x}", h);
   }
 
   std::vector<const PluginInstance*> all_plugins() {
