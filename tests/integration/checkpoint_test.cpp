@@ -230,8 +230,13 @@ TEST_P(FaultPoint, KilledAtThePointLeavesThePreviousCheckpointsIntact) {
     if (e.path().filename().string().front() == '.') continue;
     EXPECT_FALSE(CheckpointFile::check(e.path()).has_value()) << e.path();
   }
-  const ProcessResult again = fit(m, {"--resume", "last", "--set", "trainer.max_steps=30"});
+  // The next run resumes from step 10 and commits step 20 again, whether or
+  // not the killed run got that far: it must end with exactly that and last.
+  const ProcessResult again = fit(m, {"--resume", "last", "--set", "trainer.max_steps=20"});
   EXPECT_EQ(again.exit_code, 0) << again.output;
+  std::set<std::string> present;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) present.insert(e.path().filename());
+  EXPECT_EQ(present, (std::set<std::string>{"epoch=0000-step=000000020.ckpt", "last.ckpt"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryPoint, FaultPoint,
