@@ -19,6 +19,7 @@
 #include "idx_reader.hpp"
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/checks.hpp"
+#include "kiln_plugins/sample_index.hpp"
 
 namespace {
 
@@ -74,14 +75,8 @@ class FashionMnist final : public kiln::DataModule {
   kiln::TensorMap get_batch(kiln::Split split, const int64_t* indices, size_t count) override {
     const SplitData& data = select(split);
     const int64_t size = data.labels.defined() ? data.labels.size(0) : 0;
-    for (size_t i = 0; i < count; ++i)
-      if (indices[i] < 0 || indices[i] >= size)
-        throw std::out_of_range("sample index " + std::to_string(indices[i]) +
-                                " is out of range for a split of " + std::to_string(size));
+    const at::Tensor index = kiln_plugins::sample_index(indices, count, size);
     const int64_t n = static_cast<int64_t>(count);
-    // index_select copies, so the borrowed indices need not outlive this call.
-    const at::Tensor index =
-        torch::from_blob(const_cast<int64_t*>(indices), {n}, torch::TensorOptions(torch::kLong));
 
     at::Tensor input = data.images.index_select(0, index).to(torch::kFloat).div_(255.0);
     if (normalize_) input.sub_(kMean).div_(kStd);

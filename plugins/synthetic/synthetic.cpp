@@ -22,6 +22,7 @@
 
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/checks.hpp"
+#include "kiln_plugins/sample_index.hpp"
 
 namespace {
 
@@ -79,14 +80,7 @@ class Synthetic final : public kiln::DataModule {
   kiln::TensorMap get_batch(kiln::Split split, const int64_t* indices, size_t count) override {
     const SplitData& data = select(split);
     const int64_t size = data.labels.defined() ? data.labels.size(0) : 0;
-    for (size_t i = 0; i < count; ++i)
-      if (indices[i] < 0 || indices[i] >= size)
-        throw std::out_of_range("sample index " + std::to_string(indices[i]) +
-                                " is out of range for a split of " + std::to_string(size));
-    // index_select copies, so the borrowed indices need not outlive this call.
-    const at::Tensor index =
-        torch::from_blob(const_cast<int64_t*>(indices), {static_cast<int64_t>(count)},
-                         torch::TensorOptions(torch::kLong));
+    const at::Tensor index = kiln_plugins::sample_index(indices, count, size);
     return {{"input", data.inputs.index_select(0, index)},
             {"target", data.labels.index_select(0, index)}};
   }
