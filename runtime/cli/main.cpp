@@ -153,7 +153,6 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
   std::optional<std::filesystem::path> resume_file;
   if (!resume.empty()) {
-    if (command != kiln::Command::fit) throw kiln::InputError("--resume is for `kiln fit`");
     resume_file = kiln::resolve_resume(resume, manifest.checkpoint.dir, manifest.checkpoint.monitor,
                                        manifest.checkpoint.mode);
   }
@@ -253,6 +252,8 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber);
     if (s.command == kiln::Command::fit)
       sub->add_option("--resume", resume, "continue from a checkpoint: a file, `last` or `best`");
+    else
+      sub->add_option("--ckpt", resume, "evaluate the weights of a checkpoint: a file, `last` or `best`");
     commands.emplace_back(sub, s.command);
   }
   std::string target;

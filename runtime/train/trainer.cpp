@@ -205,6 +205,9 @@ class Run final : public RunServices {
 
   void body() {
     collect_parameters();
+    // validate / test / predict evaluate a checkpoint's weights when given
+    // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().
+    if (resume_ && command_ != Command::fit) resume_from(*resume_, nullptr);
     switch (command_) {
       case Command::fit: fit(); break;
       case Command::validate: evaluate(KILN_SPLIT_VAL, &kiln_model_hooks::validation_step, true); break;

@@ -37,7 +37,8 @@ struct RunOutcome {
 // arrives; the loop checks it at every step boundary. `dist` is this
 // process's place in a distributed run (nullptr: a single process); with a
 // world size above 1 the process group is created before any plugin.
-// `resume` is a checkpoint to continue from (fit only), already resolved.
+// `resume` is a checkpoint, already resolved: fit continues from it; the
+// other commands evaluate its weights.
 RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal,
                const DistEnv* dist, const std::optional<std::filesystem::path>& resume = std::nullopt);
 

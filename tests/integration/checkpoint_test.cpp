@@ -144,6 +144,21 @@ TEST_F(BadCheckpoint, ResumeLastFallsBackToTheNewestValidCheckpoint) {
   EXPECT_NE(r.output.find("last.ckpt is missing or invalid; using"), std::string::npos) << r.output;
 }
 
+TEST(Checkpoint, TestEvaluatesTheCheckpointsWeights) {
+  TempDir dir;
+  const auto m = ckpt_manifest(dir, "every_n_epochs = 1");
+  ASSERT_EQ(fit(m, {"--set", "trainer.test_after_fit=true"}).exit_code, 0);
+  const double trained = last_value(read_metrics(dir / "run" / "metrics.csv"), "test/acc");
+  ASSERT_EQ(kiln({"test", m.string(), "--set", "run.dir=" + (dir / "fresh").string()}, {.timeout = kTimeout}).exit_code, 0);
+  const double fresh = last_value(read_metrics(dir / "fresh" / "metrics.csv"), "test/acc");
+  const ProcessResult r = kiln({"test", m.string(), "--ckpt", "last", "--set", "run.dir=" + (dir / "loaded").string(),
+                                "--set", "checkpoint.dir=" + ckpt_dir(dir).string()},
+                               {.timeout = kTimeout});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_DOUBLE_EQ(last_value(read_metrics(dir / "loaded" / "metrics.csv"), "test/acc"), trained);
+  EXPECT_NE(fresh, trained) << "the untrained model must score differently, or this test proves nothing";
+}
+
 TEST(Checkpoint, TopKKeepsTheBestByTheMonitorAndLast) {
   TempDir dir;
   const auto m = ckpt_manifest(dir, "every_n_epochs = 1\nmonitor = \"val/loss\"\nmode = \"min\"\nsave_top_k = 2");
