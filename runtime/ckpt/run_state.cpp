@@ -271,11 +271,14 @@ std::filesystem::path resolve_resume(const std::string& spec, const std::filesys
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       const std::string name = entry.path().filename().string();
       if (entry.path().extension() != ".ckpt" || name.front() == '.') continue;
-      if (auto problem = CheckpointFile::check(entry.path())) {
-        spdlog::warn("--resume {}: skipping {}", spec, *problem);
+      // One read validates (checksum included) and yields the metadata.
+      CheckpointMeta meta;
+      try {
+        meta = read_meta(CheckpointFile::read(entry.path()));
+      } catch (const CheckpointError& e) {
+        spdlog::warn("--resume {}: skipping {}", spec, e.what());
         continue;
       }
-      const CheckpointMeta meta = read_meta(CheckpointFile::read(entry.path()));
       valid.push_back(CheckpointInfo{entry.path(), meta.position.epoch, meta.position.global_step, meta.monitored,
                                      name == "last.ckpt"});
     }

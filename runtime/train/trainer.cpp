@@ -273,11 +273,14 @@ class Run final : public RunServices {
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       const std::string name = entry.path().filename().string();
       if (name.rfind("epoch=", 0) != 0 || entry.path().extension() != ".ckpt") continue;
-      if (auto problem = CheckpointFile::check(entry.path())) {
-        spdlog::warn("ignoring {}", *problem);
+      // One read validates (checksum included) and yields the metadata.
+      CheckpointMeta meta;
+      try {
+        meta = read_meta(CheckpointFile::read(entry.path()));
+      } catch (const CheckpointError& e) {
+        spdlog::warn("ignoring {}", e.what());
         continue;
       }
-      const CheckpointMeta meta = read_meta(CheckpointFile::read(entry.path()));
       ranked_.push_back(CheckpointInfo{entry.path(), meta.position.epoch, meta.position.global_step, meta.monitored, false});
     }
   }
