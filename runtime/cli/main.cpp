@@ -22,52 +22,14 @@
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/run_state.hpp"
 #include "dist/launch_env.hpp"
+#include "dist/heartbeat.hpp"
 #include "dist/supervisor.hpp"
 #include "plugin/loader.hpp"
 #include "train/trainer.hpp"
 #include "util/errors.hpp"
+#include "util/signal_watcher.hpp"
 
 namespace {
-
-// Turns SIGINT/SIGTERM into a flag the loop checks at step boundaries, so
-// cleanup runs on the main thread. A second signal exits at once. The signals
-// are blocked in every thread and taken here with sigtimedwait, which avoids
-// async-signal-safety rules and global state.
-class SignalWatcher {
- public:
-  SignalWatcher() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    sigaddset(&set_, SIGUSR1);  // a preemption notice, when the manifest says so
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread exists
-    thread_ = std::thread([this] { watch(); });
-  }
-  ~SignalWatcher() {
-    done_ = true;
-    thread_.join();
-  }
-  const std::atomic<int>* signal() const { return &signal_; }
-
- private:
-  void watch() {
-    const timespec tick{0, 100'000'000};
-    while (!done_) {
-      const int s = sigtimedwait(&set_, nullptr, &tick);
-      if (s <= 0) continue;
-      if (signal_.exchange(s) != 0) {
-        std::fputs("kiln: second signal, exiting without cleanup\n", stderr);
-        _exit(kiln::kExitInterrupted);
-      }
-      std::fprintf(stderr, "\nkiln: %s received; stopping after the current step (send again to exit now)\n",
-                   s == SIGTERM ? "SIGTERM" : s == SIGUSR1 ? "SIGUSR1" : "SIGINT");
-    }
-  }
-  sigset_t set_;
-  std::atomic<int> signal_{0};
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
 
 void configure_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("kiln");
@@ -143,7 +105,8 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
 
 int run_command(kiln::Command command, const std::string& manifest_file, std::vector<std::string> overrides,
                 int processes, const std::string& resume, const std::vector<std::string>& argv,
-                const std::atomic<int>* signal) {
+                const std::atomic<int>* signal, kiln::Heartbeat& heartbeat) {
+  heartbeat.phase("loading the manifest and plugins");
   if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
   const kiln::Manifest manifest =
       kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
@@ -171,6 +134,10 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
     // the supervisor name it before its peers' collectives time out.
     const double beat_s = std::clamp(manifest.distributed.timeout_s / 2, 2.0, 10.0);
     options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(beat_s * 1000));
+    // Until its first beat a worker is starting (exec, LibTorch's libraries):
+    // bounded by the same timeout as the rendezvous that follows.
+    options.startup_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(std::max(manifest.distributed.timeout_s, 10.0) * 1000));
     const kiln::SupervisorResult result = kiln::supervise(options, signal);
     if (result.exit_code == kiln::kExitPreempted)
       std::cerr << "kiln: " << result.report << std::endl;
@@ -183,18 +150,29 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
     spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launched->rank));
     if (launched->rank != 0 && manifest.run.log_level != "debug") spdlog::set_level(spdlog::level::warn);
   }
-  kiln::Heartbeat heartbeat;  // evidence of life for kiln's supervisor, if it started us
-  const kiln::RunOutcome outcome =
-      kiln::run(manifest, command, std::move(plugins), signal, launched ? &*launched : nullptr, resume_file);
+  const kiln::RunOutcome outcome = kiln::run(manifest, command, std::move(plugins), signal,
+                                             launched ? &*launched : nullptr, resume_file, &heartbeat);
   if (!outcome.failure) return kiln::kExitOk;
   const bool preempted = outcome.failure->reason == KILN_FAILURE_PREEMPTED;
   std::cerr << (preempted ? "kiln: " : "kiln: error: ") << outcome.failure->report << std::endl;
-  heartbeat.report_failure(outcome.failure->reason != KILN_FAILURE_PEER_FAILED, outcome.failure->report);
-  switch (outcome.failure->reason) {
-    case KILN_FAILURE_INTERRUPTED: return kiln::kExitInterrupted;
-    case KILN_FAILURE_PREEMPTED: return kiln::kExitPreempted;
-    default: return outcome.failure->bad_input ? kiln::kExitBadInput : kiln::kExitFailure;
+  // An interruption is the supervisor's own SIGTERM, or a signal the
+  // supervisor saw too: never the cause it reports.
+  heartbeat.report_failure(outcome.failure->reason != KILN_FAILURE_PEER_FAILED &&
+                               outcome.failure->reason != KILN_FAILURE_INTERRUPTED,
+                           outcome.failure->report);
+  int code = outcome.failure->bad_input ? kiln::kExitBadInput : kiln::kExitFailure;
+  if (outcome.failure->reason == KILN_FAILURE_INTERRUPTED) code = kiln::kExitInterrupted;
+  if (outcome.failure->reason == KILN_FAILURE_PREEMPTED) code = kiln::kExitPreempted;
+  if (outcome.calls_abandoned) {
+    // A get_batch still runs in plugin code: exit without running static
+    // destructors (LibTorch's, the loader's) under it.
+    std::cout.flush();
+    std::cerr.flush();
+    spdlog::shutdown();
+    std::fflush(nullptr);
+    ::_exit(code);
   }
+  return code;
 }
 
 }  // namespace
@@ -214,7 +192,10 @@ void tune_allocator() {
 
 int main(int argc, char** argv) {
   tune_allocator();
-  SignalWatcher signals;
+  kiln::SignalWatcher signals;  // first: before any other thread, and SIGPIPE ignored
+  // A worker of kiln's supervisor beats from here on: loading LibTorch's
+  // libraries is over, loading plugins (possibly slow) is not yet begun.
+  kiln::Heartbeat heartbeat;
   CLI::App app{"kiln — a training runtime for LibTorch plugins", "kiln"};
   app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION + " (ABI " +
                                         std::to_string(KILN_ABI_VERSION_MAJOR) + "." +
@@ -271,18 +252,30 @@ int main(int argc, char** argv) {
   }
   configure_logging(log_level);
 
+  // Failures before the plugin session (the manifest, plugin loading, the
+  // rendezvous) reach the supervisor the same way as those inside it.
+  auto failed = [&](const std::exception& e, bool root, int code) {
+    spdlog::debug("{}", e.what());  // with its backtrace, if it has one
+    const std::string line = kiln::one_line(e.what());
+    std::cerr << "kiln: error: " << line << std::endl;
+    heartbeat.report_failure(root, line);
+    return code;
+  };
   try {
     if (inspect_cmd->parsed()) return inspect(target, overrides);
     for (const auto& [sub, command] : commands)
-      if (sub->parsed())
-        return run_command(command, manifest, overrides, processes, resume,
-                           std::vector<std::string>(argv, argv + argc), signals.signal());
+      if (sub->parsed()) {
+        const int code = run_command(command, manifest, overrides, processes, resume,
+                                     std::vector<std::string>(argv, argv + argc), signals.signal(), heartbeat);
+        if (code == kiln::kExitOk) heartbeat.done();
+        return code;
+      }
   } catch (const kiln::InputError& e) {
-    std::cerr << "kiln: error: " << e.what() << std::endl;
-    return kiln::kExitBadInput;
+    return failed(e, true, kiln::kExitBadInput);
+  } catch (const kiln::PeerFailure& e) {
+    return failed(e, false, kiln::kExitFailure);
   } catch (const std::exception& e) {
-    std::cerr << "kiln: error: " << e.what() << std::endl;
-    return kiln::kExitFailure;
+    return failed(e, true, kiln::kExitFailure);
   }
   return kiln::kExitBadInput;
 }

@@ -2,8 +2,11 @@
 
 #include "util/errors.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -17,15 +20,30 @@ namespace kiln {
 namespace {
 
 // Runs a collective step; any failure becomes a PeerFailure naming the step.
+std::string seconds(std::chrono::milliseconds t) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(t.count()) / 1000);
+  return text;
+}
+
+std::chrono::milliseconds remaining(ProcessGroup::Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - ProcessGroup::Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+// `passthrough`: kiln's own errors (already one line naming the cause) pass unchanged.
 template <class F>
-auto collective(const char* what, F&& body) -> decltype(body()) {
+auto collective(const char* what, F&& body, bool passthrough = false) -> decltype(body()) {
   try {
     return body();
+  } catch (const PeerFailure&) {
+    throw;
   } catch (const c10::Error& e) {
     throw PeerFailure(std::string(what) + " failed (another rank failed or stopped responding): " +
-                      e.what_without_backtrace());
+                      one_line(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw PeerFailure(std::string(what) + " failed (another rank failed or stopped responding): " + e.what());
+    if (passthrough) throw;
+    throw PeerFailure(std::string(what) + " failed (another rank failed or stopped responding): " + one_line(e.what()));
   }
 }
 
@@ -42,20 +60,31 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
       world_size_(static_cast<int>(env.world_size)),
       local_rank_(static_cast<int>(env.local_rank)),
       timeout_(std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000))) {
+  // The whole rendezvous keeps one deadline, timeout_s from now: the store's
+  // connect, the arrival of every rank and Gloo's address exchange share it
+  // (c10d's own waits would each take the full timeout, one after another).
+  const auto deadline = Clock::now() + timeout_;
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(env.master_port);
   options.isServer = rank_ == 0;
   options.numWorkers = world_size_;
-  options.waitWorkers = true;
+  options.waitWorkers = false;  // arrival is counted below, against the deadline
   options.timeout = timeout_;
   try {
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
     // A prefix per run id keeps two runs on one store address apart.
     store_ = c10::make_intrusive<c10d::PrefixStore>("kiln/" + env.run_id, tcp);
   } catch (const std::exception& e) {
-    throw std::runtime_error("rendezvous at " + env.master_addr + ":" + std::to_string(env.master_port) +
-                             " failed within " + std::to_string(config.timeout_s) + " s: " + e.what());
+    const std::string text = "rendezvous at " + where + " failed" +
+                             (rank_ == 0 ? ": cannot serve the store: " : " within " + seconds(timeout_) + ": ") +
+                             one_line(e.what());
+    // Rank 0 serves the store: its failure (the port is taken) is the cause;
+    // another rank that cannot reach it waits on rank 0.
+    if (rank_ == 0) throw std::runtime_error(text + " (choose another distributed.master_port)");
+    throw PeerFailure(text + " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
   }
+  arrive(deadline, where);
   if (wants_nccl(config, device)) {
 #ifdef KILN_WITH_NCCL
     auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
@@ -67,6 +96,9 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
                              "against a LibTorch without NCCL; use backend = \"gloo\"");
 #endif
   }
+  // Every rank is here, so Gloo's address exchange through the store is
+  // quick. Its timeout is also every collective's that gives none (the DDP
+  // Reducer's): the full timeout.
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_);
   // Which interface Gloo binds, as PyTorch decides it: GLOO_SOCKET_IFNAME if
   // set; loopback when the whole run is on this machine; else the address
@@ -78,7 +110,32 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
   } else {
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
-  group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, gloo_options);
+  try {
+    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, gloo_options);
+  } catch (const std::exception& e) {
+    throw PeerFailure("rendezvous at " + where + ": connecting the ranks failed: " + one_line(e.what()));
+  }
+}
+
+void ProcessGroup::arrive(Clock::time_point deadline, const std::string& where) {
+  collective("rendezvous", [&] {
+    store_->set("arrived/" + std::to_string(rank_), std::vector<uint8_t>{1});
+    store_->add("arrived", 1);
+    while (store_->add("arrived", 0) < world_size_) {
+      if (Clock::now() >= deadline) {
+        std::string missing;
+        for (int r = 0; r < world_size_; ++r)
+          if (!store_->check({"arrived/" + std::to_string(r)})) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        const std::string text = "rendezvous at " + where + ": rank(s) " + missing + " did not arrive within " +
+                                 seconds(timeout_) + " (distributed.timeout_s); were they launched, with the same " +
+                                 "MASTER_ADDR, MASTER_PORT and WORLD_SIZE?";
+        // Rank 0 waits for the others: naming the absent ranks is the cause.
+        if (rank_ == 0) throw std::runtime_error(text);
+        throw PeerFailure(text);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }, /*passthrough=*/true);
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -96,10 +153,14 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     options.timeout = timeout_;
+    // One deadline for the whole set, not one timeout per tensor.
+    const auto deadline = Clock::now() + timeout_;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
-      group_->broadcast(one, options)->wait(timeout_);
+      works.push_back(group_->broadcast(one, options));
     }
+    for (auto& work : works) work->wait(remaining(deadline));
   });
 }
 
@@ -118,9 +179,10 @@ std::vector<std::string> ProcessGroup::all_gather_text(const std::string& text) 
     const std::string round = "gather/" + std::to_string(gather_round_++) + "/";
     store_->set(round + std::to_string(rank_), std::vector<uint8_t>(text.begin(), text.end()));
     std::vector<std::string> out(world_size_);
+    const auto deadline = Clock::now() + timeout_;  // for all ranks together
     for (int r = 0; r < world_size_; ++r) {
       const std::string key = round + std::to_string(r);
-      store_->wait({key}, timeout_);
+      store_->wait({key}, remaining(deadline));
       const std::vector<uint8_t> value = store_->get(key);
       out[r].assign(value.begin(), value.end());
     }

@@ -24,6 +24,8 @@ namespace kiln {
 
 class ProcessGroup {
  public:
+  using Clock = std::chrono::steady_clock;
+
   // Rendezvous with the other ranks; throws std::runtime_error naming the
   // address and timeout when they do not all arrive in time.
   ProcessGroup(const DistEnv& env, const DistributedConfig& config, const std::string& device);
@@ -45,6 +47,9 @@ class ProcessGroup {
   std::vector<std::string> all_gather_text(const std::string& text);
 
  private:
+  // Counts this rank in and waits, until `deadline`, for all the others.
+  void arrive(Clock::time_point deadline, const std::string& where);
+
   int rank_, world_size_, local_rank_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;

@@ -1,5 +1,7 @@
 #include "dist/supervisor.hpp"
 
+#include "dist/heartbeat.hpp"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -23,9 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The heartbeat byte: a control character, so it never appears in the
-// failure line that shares the pipe.
-constexpr char kBeat = '\x06';
 constexpr int kPreemptedExit = 75;  // kiln::kExitPreempted
 
 // A free TCP port on the loopback interface, as torchrun picks one. Another
@@ -51,10 +50,21 @@ int free_port() {
 struct Worker {
   int rank = 0;
   pid_t pid = -1;
-  int heartbeat = -1;  // read end: kBeat bytes, then at most one failure line
-  Clock::time_point last_beat;
+  int heartbeat = -1;  // read end: beats and lines (dist/heartbeat.hpp)
+  Clock::time_point spawned, last_beat;
+  bool alive_seen = false;  // a first beat arrived: start-up is over
   bool running = false;
-  std::string message;  // what came through the pipe besides beats
+  std::string partial;      // an incomplete line
+  std::string phase = "start-up";
+  std::string busy_hook;    // the hook the main thread has been inside, if any
+  int64_t busy_seconds = 0;
+  bool done = false;        // said "@done": finished its command
+  bool has_report = false;
+  bool report_root = true;
+  std::string report;       // its own failure line
+  bool terminated = false;  // the supervisor sent it SIGTERM (or the forwarded signal)
+  bool killed = false;      // the supervisor sent it SIGKILL
+  bool accounted = false;   // its failure is already recorded (hung, never started)
 };
 
 // A failure the supervisor saw; root causes are reported before failures
@@ -66,14 +76,42 @@ struct Observed {
   bool root;
 };
 
-// The failure line a worker sent: "!<0|1> <report>\n", 1 for a root cause.
-bool parse_report(const std::string& message, bool* root, std::string* report) {
-  const size_t at = message.find('!');
-  if (at == std::string::npos || at + 2 >= message.size()) return false;
-  *root = message[at + 1] == '1';
-  *report = message.substr(at + 3);
-  while (!report->empty() && (report->back() == '\n' || report->back() == '\r')) report->pop_back();
-  return true;
+// Takes what came through a worker's pipe: beats refresh its clock, lines
+// update what the supervisor knows of it.
+void take_bytes(Worker& w, const char* data, ssize_t n, Clock::time_point now) {
+  if (n <= 0) return;
+  w.last_beat = now;
+  w.alive_seen = true;
+  for (ssize_t k = 0; k < n; ++k) {
+    const char c = data[k];
+    if (c == heartbeat::kBeat) continue;
+    if (c != '\n') {
+      w.partial += c;
+      continue;
+    }
+    const std::string line = std::move(w.partial);
+    w.partial.clear();
+    if (line.rfind("!", 0) == 0 && line.size() >= 3) {
+      w.has_report = true;
+      w.report_root = line[1] == '1';
+      w.report = line.substr(3);
+    } else if (line.rfind("@phase ", 0) == 0) {
+      w.phase = line.substr(7);
+      w.busy_hook.clear();
+    } else if (line.rfind("@busy ", 0) == 0) {
+      const size_t space = line.find(' ', 6);
+      if (space == std::string::npos) continue;
+      w.busy_seconds = std::atoll(line.substr(6, space - 6).c_str());
+      w.busy_hook = line.substr(space + 1);
+    } else if (line == "@done") {
+      w.done = true;
+    }
+  }
+}
+
+void drain(Worker& w, Clock::time_point now) {
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(w.heartbeat, buffer, sizeof buffer)) > 0;) take_bytes(w, buffer, n, now);
 }
 
 std::string describe_status(int status) {
@@ -84,6 +122,10 @@ std::string describe_status(int status) {
     return std::string("was killed by SIG") + (name ? name : std::to_string(s).c_str());
   }
   return "ended (status " + std::to_string(status) + ")";
+}
+
+int64_t seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::seconds>(b - a).count();
 }
 
 pid_t spawn(const SupervisorOptions& options, int rank, int port, const std::string& run_id, int heartbeat_write) {
@@ -135,7 +177,7 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
     ::close(pipe_fds[1]);
     ::fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
     workers[r].heartbeat = pipe_fds[0];
-    workers[r].last_beat = Clock::now();
+    workers[r].spawned = workers[r].last_beat = Clock::now();
     workers[r].running = true;
   }
 
@@ -154,12 +196,21 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
     spdlog::warn("{}; stopping the workers (SIG{}, SIGKILL after {} s)", why, sigabbrev_np(forward),
                  std::chrono::duration<double>(options.grace).count());
     for (auto& w : workers)
-      if (w.running) ::kill(w.pid, forward);
+      if (w.running) {
+        w.terminated = true;
+        ::kill(w.pid, forward);
+      }
   };
-  auto fail = [&](const Worker& w, const std::string& cause, int code, bool root) {
-    const std::string who = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") ";
-    failures.push_back({w.rank, who + cause, code, root});
+  auto who = [](const Worker& w) { return "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") "; };
+  auto fail = [&](Worker& w, const std::string& cause, int code, bool root) {
+    w.accounted = true;
+    failures.push_back({w.rank, who(w) + cause, code, root});
     stop_all("rank " + std::to_string(w.rank) + " " + cause);
+  };
+  // The supervisor's own kill: the cause is what made it necessary.
+  auto kill_now = [&](Worker& w) {
+    w.killed = true;
+    ::kill(w.pid, SIGKILL);
   };
 
   std::vector<pollfd> fds(workers.size());
@@ -171,12 +222,7 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
     for (size_t i = 0; i < workers.size(); ++i) {
       if (!workers[i].running || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
       char buffer[4096];
-      const ssize_t n = ::read(workers[i].heartbeat, buffer, sizeof buffer);
-      if (n > 0) {
-        workers[i].last_beat = now;
-        for (ssize_t k = 0; k < n; ++k)
-          if (buffer[k] != kBeat) workers[i].message += buffer[k];
-      }
+      take_bytes(workers[i], buffer, ::read(workers[i].heartbeat, buffer, sizeof buffer), now);
     }
     // Reap whoever ended. Deaths by a signal come first within one sweep: a
     // killed rank is the cause, the peers that then failed their collective
@@ -192,32 +238,56 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
     std::stable_sort(ended.begin(), ended.end(),
                      [](const auto& a, const auto& b) { return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second); });
     for (auto& [w, status] : ended) {
-      // Drain what the worker wrote last (its failure line).
-      char buffer[4096];
-      for (ssize_t n; (n = ::read(w->heartbeat, buffer, sizeof buffer)) > 0;)
-        for (ssize_t k = 0; k < n; ++k)
-          if (buffer[k] != kBeat) w->message += buffer[k];
+      drain(*w, now);  // what the worker wrote last (its failure line, "@done")
       w->running = false;
       --running;
       ::close(w->heartbeat);
-      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-      if (WIFEXITED(status) && WEXITSTATUS(status) == kPreemptedExit) {
-        // Preempted: every rank agreed, a checkpoint was committed. Not a failure.
-        bool root = true;
-        std::string report;
-        if (preempted.empty()) preempted = parse_report(w->message, &root, &report) ? report : "preempted";
+      const bool exited = WIFEXITED(status);
+      const int code = exited ? WEXITSTATUS(status) : -1;
+      if (exited && code == 0) {
+        // Finished, or told to stop and did: neither is a failure. Anything
+        // else that exits 0 left the others waiting for it.
+        if (w->done || w->terminated) continue;
+        fail(*w, "exited early with code 0 during " + w->phase + ", without finishing the run, while other ranks " +
+                     "were still running (did a plugin call exit()?)", 1, true);
         continue;
       }
-      bool root = true;
-      std::string report;
+      if (exited && code == kPreemptedExit) {
+        // Preempted: every rank agreed, a checkpoint was committed. Not a failure.
+        if (preempted.empty()) preempted = w->has_report ? w->report : "preempted";
+        continue;
+      }
+      if (w->accounted) continue;  // already reported (hung, stopped responding, never started)
+      if (w->killed) {
+        // The supervisor's SIGKILL after SIGTERM went unanswered: the cause is
+        // where the worker was stuck, when it said so.
+        if (!w->busy_hook.empty()) {
+          fail(*w, "hung in " + w->busy_hook + " (no progress for " + std::to_string(w->busy_seconds) +
+                       " s; it did not stop after SIGTERM and was killed)", 1, true);
+        } else {
+          failures.push_back({w->rank, who(*w) + "did not stop within " +
+                                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options.grace).count()) +
+                                           " s of SIGTERM and was killed", 1, false});
+        }
+        continue;
+      }
+      if (w->terminated && exited && code == 130) {
+        spdlog::debug("rank {} stopped as asked", w->rank);
+        continue;
+      }
       std::string cause = describe_status(status);
-      if (parse_report(w->message, &root, &report)) cause += ": " + report;
-      const int code = WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
+      if (w->has_report)
+        cause += ": " + w->report;
+      else if (!w->busy_hook.empty())
+        cause += " in " + w->busy_hook;
+      else
+        cause += " during " + w->phase + " (it reported no cause; see its output above)";
+      const bool root = !w->has_report || w->report_root;
       if (stopping && !root) {
         spdlog::debug("rank {} {}", w->rank, cause);
         continue;
       }
-      fail(*w, cause, code, root);
+      fail(*w, cause, exited && code == 2 ? 2 : 1, root);
     }
     if (!stopping) {
       if (const int s = signal ? signal->load() : 0) {
@@ -226,17 +296,21 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
         stop_all(why, s == SIGINT ? SIGTERM : s);
       }
       for (auto& w : workers) {
-        if (w.running && now - w.last_beat > options.heartbeat_timeout) {
+        if (!w.running || w.accounted) continue;
+        if (!w.alive_seen && now - w.spawned > options.startup_timeout) {
+          kill_now(w);
+          fail(w, "did not start within " + std::to_string(seconds_between(w.spawned, now)) +
+                      " s (no sign of life since it was launched)", 1, true);
+        } else if (w.alive_seen && now - w.last_beat > options.heartbeat_timeout) {
           // A stopped process ignores SIGTERM until continued: SIGKILL it.
-          ::kill(w.pid, SIGKILL);
-          fail(w, "stopped responding (no heartbeat for " +
-                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - w.last_beat).count()) +
-                      " s)", 1, true);
+          kill_now(w);
+          fail(w, "stopped responding during " + w.phase + " (no heartbeat for " +
+                      std::to_string(seconds_between(w.last_beat, now)) + " s: stopped or frozen)", 1, true);
         }
       }
     } else if (now >= kill_at) {
       for (auto& w : workers)
-        if (w.running) ::kill(w.pid, SIGKILL);
+        if (w.running && !w.killed) kill_now(w);
     }
   }
   // Preempted workers and no failure but the signal that caused it: the run
@@ -260,34 +334,6 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
     result.report = chosen->cause;
   }
   return result;
-}
-
-Heartbeat::Heartbeat() {
-  const char* fd = std::getenv("KILN_HEARTBEAT_FD");
-  if (fd == nullptr) return;
-  fd_ = std::atoi(fd);
-  ::fcntl(fd_, F_SETFD, FD_CLOEXEC);
-  thread_ = std::thread([this] {
-    while (!done_) {
-      const char beat = kBeat;
-      if (::write(fd_, &beat, 1) < 0 && errno == EPIPE) return;
-      for (int i = 0; i < 10 && !done_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
-}
-
-void Heartbeat::report_failure(bool root_cause, const std::string& report) {
-  if (fd_ < 0) return;
-  std::string line = std::string("!") + (root_cause ? "1 " : "0 ") + report + "\n";
-  // One write: the pipe keeps it whole next to the beat thread's bytes.
-  if (line.size() > PIPE_BUF) line = line.substr(0, PIPE_BUF - 1) + "\n";
-  (void)!::write(fd_, line.data(), line.size());
-}
-
-Heartbeat::~Heartbeat() {
-  done_ = true;
-  if (thread_.joinable()) thread_.join();
-  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace kiln

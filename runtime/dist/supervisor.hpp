@@ -3,13 +3,16 @@
 // single authority on failure. When a worker exits non-zero, dies by a signal
 // or stops responding (no heartbeat: SIGSTOP, a deadlock), every other worker
 // gets SIGTERM (it runs its cleanup), then SIGKILL after a grace period; every
-// process is reaped and the first failure is reported. No LibTorch here.
+// process is reaped and the first real failure is reported: a worker's own
+// root cause, a worker that hung (and where), stopped responding, never
+// started, or exited early with code 0 while the others ran. The
+// supervisor's own SIGTERM/SIGKILL are never reported as causes. Workers talk
+// back through dist/heartbeat.hpp. No LibTorch here.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace kiln {
@@ -19,7 +22,10 @@ struct SupervisorOptions {
   std::vector<std::string> argv;  // the worker command line (this executable, same arguments)
   std::string master_addr = "127.0.0.1";
   int master_port = 0;            // 0: pick a free port
-  std::chrono::milliseconds heartbeat_timeout{60000};  // a silent worker counts as hung after this
+  // From fork to a worker's first heartbeat (exec, loading LibTorch): a
+  // phase of its own, so a slow start is not taken for a hang.
+  std::chrono::milliseconds startup_timeout{60000};
+  std::chrono::milliseconds heartbeat_timeout{60000};  // then a silent worker counts as hung after this
   std::chrono::milliseconds grace{10000};              // SIGTERM -> SIGKILL
 };
 
@@ -31,26 +37,5 @@ struct SupervisorResult {
 // Runs the workers to completion. `signal` is the supervisor's own
 // SIGINT/SIGTERM flag: when set, workers are stopped as on a failure.
 SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<int>* signal);
-
-// Worker side: starts a thread that writes one byte a second to the
-// heartbeat pipe the supervisor passed in KILN_HEARTBEAT_FD (no-op without
-// it). The beat stops when the process is stopped or hangs in a way that
-// stops all threads; it is the supervisor's evidence of life.
-class Heartbeat {
- public:
-  Heartbeat();
-  ~Heartbeat();
-  // Tells the supervisor why this worker is failing. `root_cause` is false
-  // when the failure only reflects another rank's (a collective that failed
-  // because a peer died or hung), so the supervisor reports the peer instead.
-  void report_failure(bool root_cause, const std::string& report);
-  Heartbeat(const Heartbeat&) = delete;
-  Heartbeat& operator=(const Heartbeat&) = delete;
-
- private:
-  int fd_ = -1;
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
 
 }  // namespace kiln

@@ -1,5 +1,8 @@
 #include "plugin/plugin_instance.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <spdlog/spdlog.h>
 
 namespace kiln {
@@ -15,7 +18,7 @@ PluginInstance::PluginInstance(LoadedPlugin plugin, std::string config_toml, Run
     : plugin_(std::move(plugin)),
       id_(plugin_.id()),
       config_toml_(std::move(config_toml)),
-      host_(std::make_unique<PluginHost>(id_, run)) {}
+      host_(std::make_shared<PluginHost>(id_, run)) {}
 
 PluginInstance::~PluginInstance() { destroy(); }
 
@@ -54,6 +57,15 @@ void PluginInstance::on_exception(const kiln_exception_info& info) {
 
 void PluginInstance::destroy() noexcept {
   if (!created()) return;
+  // A get_batch abandoned on a failure may still be running (teardown was
+  // its chance to return): wait a little, then leave the instance to the
+  // process's exit rather than free it under the call.
+  for (int i = 0; i < 20 && calls_in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (calls_in_flight() > 0) {
+    spdlog::warn("plugin '{}': a get_batch call is still running after teardown; destroy is skipped", id_);
+    instance_ = nullptr;
+    return;
+  }
   kiln_instance* instance = instance_;
   instance_ = nullptr;
   plugin_.lifecycle().destroy(instance);

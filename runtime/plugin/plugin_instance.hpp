@@ -2,6 +2,7 @@
 // hooks have run, so that cleanup calls each exactly once.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -46,6 +47,21 @@ class PluginInstance {
   // Throws HookError for `hook` when `error` is non-NULL (taking the error).
   void check(kiln_error* error, const char* hook) const;
 
+  // What a host thread calling into the plugin outside the main thread (a
+  // prefetch thread) holds, so that abandoning it on a failure can never
+  // unload the library or free the host table under its feet, and cleanup
+  // can tell whether a call is still in progress.
+  struct KeepAlive {
+    std::shared_ptr<PluginLibrary> library;
+    std::shared_ptr<PluginHost> host;
+    std::shared_ptr<std::atomic<int>> in_flight;
+    const kiln_descriptor* descriptor;
+    kiln_instance* instance;
+  };
+  KeepAlive keep_alive() const { return {plugin_.library, host_, in_flight_, plugin_.descriptor, instance_}; }
+  // Calls made through keep_alive() that have not returned yet.
+  int calls_in_flight() const { return in_flight_->load(); }
+
   const LoadedPlugin& plugin() const { return plugin_; }
   const std::string& id() const { return id_; }
   kiln_instance* instance() const { return instance_; }
@@ -55,7 +71,8 @@ class PluginInstance {
   LoadedPlugin plugin_;
   std::string id_;
   std::string config_toml_;
-  std::unique_ptr<PluginHost> host_;
+  std::shared_ptr<PluginHost> host_;
+  std::shared_ptr<std::atomic<int>> in_flight_ = std::make_shared<std::atomic<int>>(0);
   kiln_instance* instance_ = nullptr;
   bool setup_entered_ = false;
   bool torn_down_ = false;

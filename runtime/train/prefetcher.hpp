@@ -2,15 +2,19 @@
 // step, and hands batches back in plan order. Without
 // KILN_DATA_CONCURRENT_GET_BATCH one thread calls it at a time. An error from
 // get_batch is rethrown on the main thread when its batch is taken.
+//
+// When the run fails (the prefetcher is destroyed while an exception unwinds)
+// a get_batch call that does not return within kAbandonAfter is abandoned:
+// its thread is detached, keeps the plugin's library and host table alive,
+// and drops whatever the call returns. The error is reported and cleanup
+// begins regardless; the data module's teardown may then run while that
+// get_batch is still in progress (docs/hooks.md), and the host skips its
+// destroy if the call still has not returned after teardown.
 #pragma once
 
-#include <condition_variable>
+#include <chrono>
 #include <cstddef>
-#include <exception>
-#include <map>
-#include <mutex>
-#include <thread>
-#include <vector>
+#include <memory>
 
 #include "kiln/abi.h"
 #include "plugin/host_services.hpp"
@@ -21,35 +25,21 @@ namespace kiln {
 
 class Prefetcher {
  public:
+  static constexpr std::chrono::seconds kAbandonAfter{2};
+
   Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth);
   ~Prefetcher();  // stops the workers and frees batches not taken
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  size_t size() const { return plan_.size(); }
+  size_t size() const;
   // The next batch in plan order; blocks until it is ready.
   BatchPtr next();
 
  private:
-  void work();
-  struct Slot {
-    BatchPtr batch;
-    std::exception_ptr error;
-  };
-
-  const PluginInstance& data_;
-  kiln_split split_;
-  BatchPlan plan_;
-  size_t depth_;
-  bool serialize_;
-
-  std::mutex mutex_;
-  std::condition_variable ready_, room_;
-  std::mutex call_mutex_;  // serializes get_batch when the plugin is not concurrent
-  size_t next_to_claim_ = 0, next_to_take_ = 0;
-  std::map<size_t, Slot> done_;
-  bool stopping_ = false;
-  std::vector<std::thread> workers_;
+  struct State;  // shared with the worker threads, which may outlive this object
+  std::shared_ptr<State> state_;
+  int uncaught_at_construction_;
 };
 
 }  // namespace kiln

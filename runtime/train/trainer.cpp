@@ -19,6 +19,7 @@
 #include "ckpt/run_state.hpp"
 #include "dist/agreement.hpp"
 #include "dist/grad_sync.hpp"
+#include "dist/heartbeat.hpp"
 #include "dist/process_group.hpp"
 #include "kiln/tensor.hpp"
 #include "metrics/csv_log.hpp"
@@ -109,8 +110,10 @@ constexpr int64_t kAgreeEveryNSteps = 16;
 class Run final : public RunServices {
  public:
   Run(const Manifest& manifest, Command command, const std::atomic<int>* signal, const DistEnv* dist,
-      const std::optional<std::filesystem::path>& resume)
+      const std::optional<std::filesystem::path>& resume, Heartbeat* heartbeat)
       : m_(manifest),
+        heartbeat_(heartbeat),
+        activity_(heartbeat ? heartbeat->activity() : nullptr),
         command_(command),
         signal_(signal),
         dist_(dist && dist->world_size > 1 ? dist : nullptr),
@@ -141,6 +144,7 @@ class Run final : public RunServices {
 
   RunOutcome execute(RunPlugins plugins) {
     configure_torch();
+    phase("rendezvous");
     if (dist_) {
       // The process group exists before any plugin: no plugin code can run
       // before every rank has arrived, or launch anything itself.
@@ -161,12 +165,14 @@ class Run final : public RunServices {
 
     // Seeded right before create, so model initialisation is reproducible.
     torch::manual_seed(m_.run.seed);
+    phase("plugin set-up");
     RunOutcome outcome;
     const bool local_zero = !dist_ || dist_->local_rank == 0;
     outcome.failure = session.run(
         stage_of(command_), /*prepare_data=*/local_zero, [&] { if (group_) group_->barrier(); }, [&] { body(); });
     session_ = nullptr;
     outcome.metrics = metrics_.latest();
+    outcome.calls_abandoned = session.data().calls_in_flight() > 0;
     return outcome;
   }
 
@@ -203,7 +209,12 @@ class Run final : public RunServices {
                  m_.run.dir.string());
   }
 
+  void phase(const char* name) {
+    if (heartbeat_) heartbeat_->phase(name);
+  }
+
   void body() {
+    phase(command_name(command_));
     collect_parameters();
     // validate / test / predict evaluate a checkpoint's weights when given
     // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().
@@ -336,7 +347,10 @@ class Run final : public RunServices {
       group_->all_reduce_sum(failed);
       ok = failed.item<double>() == 0;
     }
-    if (!ok) throw std::runtime_error(error.empty() ? "rank 0 failed to commit a checkpoint" : "checkpoint not committed: " + error);
+    if (ok) return written;
+    // The cause is rank 0's; the other ranks only learn that it failed.
+    if (rank() != 0) throw PeerFailure("rank 0 failed to commit a checkpoint (its report names the cause)");
+    throw std::runtime_error("checkpoint not committed: " + error);
     return written;
   }
 
@@ -539,7 +553,10 @@ class Run final : public RunServices {
 
   void call_callbacks(CallbackHook hook, const char* name, const kiln_progress& p) {
     for (const auto& cb : session_->callbacks())
-      if (kiln_callback_hook fn = cb->plugin().callback_hooks().*hook) cb->check(fn(cb->instance(), &p), name);
+      if (kiln_callback_hook fn = cb->plugin().callback_hooks().*hook) {
+        InHook in(activity_, name);
+        cb->check(fn(cb->instance(), &p), name);
+      }
   }
 
   // A fixed point where every rank reduces: plugins only ever record.
@@ -666,7 +683,10 @@ class Run final : public RunServices {
 
       if (grad_sync_) grad_sync_->before_forward();
       kiln_tensor* handle = nullptr;
-      model().check(hooks.training_step(model().instance(), batch.get(), b, &handle), "training_step");
+      {
+        InHook in(activity_, "training_step");
+        model().check(hooks.training_step(model().instance(), batch.get(), b, &handle), "training_step");
+      }
       if (handle == nullptr) throw HookError(model().id(), "model", "training_step", "returned no loss");
       at::Tensor loss = adopt_tensor(handle);
       if (loss.numel() != 1)
@@ -759,7 +779,10 @@ class Run final : public RunServices {
         check_signal();
         BatchPtr batch = loader.next();
         to_device(*batch);
-        model().check(step(model().instance(), batch.get(), b), hook_name);
+        {
+          InHook in(activity_, hook_name);
+          model().check(step(model().instance(), batch.get(), b), hook_name);
+        }
         progress_.step(b, std::nan(""));
       }
       progress_.end();
@@ -794,7 +817,10 @@ class Run final : public RunServices {
         BatchPtr batch = loader.next();
         to_device(*batch);
         kiln_tensor* out = nullptr;
-        model().check(step(model().instance(), batch.get(), b, &out), "predict_step");
+        {
+          InHook in(activity_, "predict_step");
+          model().check(step(model().instance(), batch.get(), b, &out), "predict_step");
+        }
         if (out == nullptr) throw HookError(model().id(), "model", "predict_step", "returned no output");
         outputs.push_back(adopt_tensor(out).cpu());
         progress_.step(b, std::nan(""));
@@ -811,6 +837,8 @@ class Run final : public RunServices {
   }
 
   const Manifest& m_;
+  Heartbeat* heartbeat_;  // may be null
+  Activity* activity_;    // may be null
   Command command_;
   const std::atomic<int>* signal_;
   const DistEnv* dist_;  // nullptr unless world size > 1
@@ -842,8 +870,8 @@ class Run final : public RunServices {
 }  // namespace
 
 RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal,
-               const DistEnv* dist, const std::optional<std::filesystem::path>& resume) {
-  Run run(manifest, command, signal, dist, resume);
+               const DistEnv* dist, const std::optional<std::filesystem::path>& resume, Heartbeat* heartbeat) {
+  Run run(manifest, command, signal, dist, resume, heartbeat);
   return run.execute(std::move(plugins));
 }
 

@@ -14,6 +14,8 @@
 
 namespace kiln {
 
+class Heartbeat;
+
 enum class Command { fit, validate, test, predict };
 const char* command_name(Command command);
 
@@ -31,6 +33,9 @@ RunPlugins load_plugins(const Manifest& manifest, Command command, Loader& loade
 struct RunOutcome {
   std::optional<Failure> failure;
   std::map<std::string, double> metrics;  // latest reduced values
+  // A plugin call abandoned on a failure is still running on a host thread:
+  // the process must end with _exit, not run static destructors under it.
+  bool calls_abandoned = false;
 };
 
 // `signal` is set (to the signal number) by the CLI when SIGINT/SIGTERM
@@ -39,7 +44,10 @@ struct RunOutcome {
 // world size above 1 the process group is created before any plugin.
 // `resume` is a checkpoint, already resolved: fit continues from it; the
 // other commands evaluate its weights.
+// `heartbeat` (may be null) is told the run's phases and watches the hooks
+// the main thread is inside, for kiln's supervisor.
 RunOutcome run(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal,
-               const DistEnv* dist, const std::optional<std::filesystem::path>& resume = std::nullopt);
+               const DistEnv* dist, const std::optional<std::filesystem::path>& resume = std::nullopt,
+               Heartbeat* heartbeat = nullptr);
 
 }  // namespace kiln

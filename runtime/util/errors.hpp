@@ -1,6 +1,7 @@
 // Error types that decide how the host exits.
 #pragma once
 
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,30 @@ class PeerFailure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The one line a person reads: an error text without the C++ backtrace that
+// c10::Error::what() appends ("Exception raised from ...", "frame #N: ..."),
+// its lines joined. The full text is for --log-level debug only.
+inline std::string one_line(std::string text) {
+  for (const char* marker : {"Exception raised from ", "\nframe #"}) {
+    const size_t at = text.find(marker);
+    if (at != std::string::npos) text.erase(at);
+  }
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\r') continue;
+    if (c == '\n') {
+      while (!out.empty() && out.back() == ' ') out.pop_back();
+      if (!out.empty() && out.back() != ';' && out.back() != ':') out += ';';
+      out += ' ';
+      continue;
+    }
+    out += c;
+  }
+  while (!out.empty() && (out.back() == ' ' || out.back() == ';')) out.pop_back();
+  return out;
+}
 
 // Exit codes of the `kiln` executable (documented in docs/guarantees.md).
 inline constexpr int kExitOk = 0;

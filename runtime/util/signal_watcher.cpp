@@ -1,0 +1,42 @@
+#include "util/signal_watcher.hpp"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "util/errors.hpp"
+
+namespace kiln {
+
+SignalWatcher::SignalWatcher() {
+  ::signal(SIGPIPE, SIG_IGN);
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGTERM);
+  sigaddset(&set_, SIGUSR1);  // a preemption notice, when the manifest says so
+  pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread exists
+  thread_ = std::thread([this] { watch(); });
+}
+
+SignalWatcher::~SignalWatcher() {
+  done_ = true;
+  thread_.join();
+}
+
+void SignalWatcher::watch() {
+  const timespec tick{0, 100'000'000};
+  while (!done_) {
+    const int s = sigtimedwait(&set_, nullptr, &tick);
+    if (s <= 0) continue;
+    if (signal_.exchange(s) != 0) {
+      std::fputs("kiln: second signal, exiting without cleanup\n", stderr);
+      _exit(kExitInterrupted);
+    }
+    std::fprintf(stderr, "\nkiln: %s received; stopping after the current step (send again to exit now)\n",
+                 s == SIGTERM ? "SIGTERM" : s == SIGUSR1 ? "SIGUSR1" : "SIGINT");
+  }
+}
+
+}  // namespace kiln
