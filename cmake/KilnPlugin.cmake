@@ -21,10 +21,13 @@ function(kiln_add_plugin name)
   if(ARG_NO_TORCH)
     target_link_libraries(${name} PRIVATE Kiln::abi)
   else()
+    # Kiln::sdk carries LibTorch (the imported target `torch`, found once by
+    # find_package(Kiln) or the caller, in the caller's scope): linking it
+    # here works for every plugin of a project, not only the first.
     if(NOT TARGET torch)
-      find_package(Torch REQUIRED)
+      message(FATAL_ERROR "kiln_add_plugin(${name}): LibTorch not found; call find_package(Torch) or find_package(Kiln) first")
     endif()
-    target_link_libraries(${name} PRIVATE Kiln::sdk ${TORCH_LIBRARIES})
+    target_link_libraries(${name} PRIVATE Kiln::sdk)
     target_compile_features(${name} PRIVATE cxx_std_17)
   endif()
   # Fail at link time, not at load time, on an unresolved symbol.

@@ -194,22 +194,27 @@ CheckpointMeta read_meta(const CheckpointFile& file) {
 
 void restore_run_state(const CheckpointFile& file, RunStateView& s) {
   const std::string where = file.path().string();
-  // Names first: a checkpoint of another model is named as such, not as a
-  // shape error on its first parameter.
-  std::set<std::string> in_file, in_model;
-  for (const auto& name : file.names())
-    if (name.rfind("param/", 0) == 0) in_file.insert(name.substr(6));
-  for (const auto& [name, t] : *s.params) in_model.insert(name);
-  for (const auto& name : in_model)
-    if (!in_file.count(name))
-      throw CheckpointError(where + ": the model's parameter '" + name + "' is not in the checkpoint (a checkpoint of another model?)");
-  for (const auto& name : in_file)
-    if (!in_model.count(name))
-      throw CheckpointError(where + ": the checkpoint's parameter '" + name + "' is not in the model (a checkpoint of another model?)");
+  // Names first, parameters and buffers alike: a checkpoint of another model
+  // is named as such, not as a shape error on its first tensor.
+  auto same_names = [&](const std::string& prefix, const NamedTensors& model, const char* what) {
+    std::set<std::string> in_file, in_model;
+    for (const auto& name : file.names())
+      if (name.rfind(prefix, 0) == 0) in_file.insert(name.substr(prefix.size()));
+    for (const auto& [name, t] : model) in_model.insert(name);
+    for (const auto& name : in_model)
+      if (!in_file.count(name))
+        throw CheckpointError(where + ": the model's " + what + " '" + name +
+                              "' is not in the checkpoint (a checkpoint of another model?)");
+    for (const auto& name : in_file)
+      if (!in_model.count(name))
+        throw CheckpointError(where + ": the checkpoint's " + what + " '" + name +
+                              "' is not in the model (a checkpoint of another model?)");
+  };
+  same_names("param/", *s.params, "parameter");
+  same_names("buffer/", *s.buffers, "buffer");
 
   for (auto& [name, t] : *s.params) restore_tensor(file, "param/" + name, name, t);
-  for (auto& [name, t] : *s.buffers)
-    if (file.has("buffer/" + name)) restore_tensor(file, "buffer/" + name, name, t);
+  for (auto& [name, t] : *s.buffers) restore_tensor(file, "buffer/" + name, name, t);
   if (s.optimizer && s.trainable) restore_optimizer(file, *s.optimizer, *s.trainable);
 
   const TensorSection rng = parse_tensor(file, "rng/cpu");

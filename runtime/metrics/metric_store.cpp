@@ -76,12 +76,16 @@ std::map<std::string, double> MetricStore::reduce_merged(const std::vector<std::
                                                          std::vector<std::string>* missing) {
   std::map<std::string, Accumulator> merged;
   std::map<std::string, std::vector<size_t>> holders;
+  // name -> reduction -> ranks: one metric must be reduced one way everywhere.
+  std::map<std::string, std::map<unsigned, std::string>> reductions;
   for (size_t rank = 0; rank < per_rank.size(); ++rank) {
     std::istringstream in(per_rank[rank]);
     for (std::string line; std::getline(in, line);) {
       std::string name;
       Accumulator r;
       if (!parse_pending(line, &name, &r)) continue;
+      std::string& ranks = reductions[name][r.reduce];
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
       auto [it, inserted] = merged.try_emplace(name, r);
       Accumulator& a = it->second;
       if (!inserted) {
@@ -93,6 +97,17 @@ std::map<std::string, double> MetricStore::reduce_merged(const std::vector<std::
       }
       holders[name].push_back(rank);
     }
+  }
+  // Every rank sees the same gathered lines, so every rank refuses alike.
+  for (const auto& [name, ways] : reductions) {
+    if (ways.size() < 2) continue;
+    static const char* const kNames[] = {"mean", "sum", "max", "min"};
+    std::string text;
+    for (const auto& [reduce, ranks] : ways)
+      text += (text.empty() ? "" : " and as ") + std::string(reduce < 4 ? kNames[reduce] : "?") + " on rank(s) " + ranks;
+    pending_.clear();
+    throw std::runtime_error("metric '" + name + "' is reduced as " + text +
+                             ": ranks must log a metric with the same reduction (the values cannot be combined)");
   }
   std::map<std::string, double> out;
   for (const auto& [name, a] : merged) {

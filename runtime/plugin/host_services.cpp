@@ -71,8 +71,11 @@ int metric_get(const kiln_host* host, const char* name, double* out) noexcept {
   }
 }
 
-int32_t rank(const kiln_host* host) noexcept { return self(host).run()->rank(); }
-int32_t world_size(const kiln_host* host) noexcept { return self(host).run()->world_size(); }
+// A data module sees one process (abi.h): the host shards, never the data module.
+int32_t rank(const kiln_host* host) noexcept { return self(host).sees_ranks() ? self(host).run()->rank() : 0; }
+int32_t world_size(const kiln_host* host) noexcept {
+  return self(host).sees_ranks() ? self(host).run()->world_size() : 1;
+}
 
 void request_stop(const kiln_host* host, const char* reason) noexcept {
   try {
@@ -186,7 +189,8 @@ int state_read(const kiln_host*, kiln_state_reader* reader, const char* key, con
 
 }  // namespace
 
-PluginHost::PluginHost(std::string plugin_id, RunServices* run) : plugin_id_(std::move(plugin_id)), run_(run) {
+PluginHost::PluginHost(std::string plugin_id, RunServices* run, bool sees_ranks)
+    : plugin_id_(std::move(plugin_id)), run_(run), sees_ranks_(sees_ranks) {
   table_.struct_size = sizeof(kiln_host);
   table_.abi_major = KILN_ABI_VERSION_MAJOR;
   table_.abi_minor = KILN_ABI_VERSION_MINOR;

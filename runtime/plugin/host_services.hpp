@@ -14,17 +14,20 @@ namespace kiln {
 // the plugin that made them. Must outlive the instance (until destroy returns).
 class PluginHost {
  public:
-  PluginHost(std::string plugin_id, RunServices* run);
+  // `sees_ranks` is false for data modules: they are told rank 0 of 1.
+  PluginHost(std::string plugin_id, RunServices* run, bool sees_ranks = true);
   PluginHost(const PluginHost&) = delete;
   PluginHost& operator=(const PluginHost&) = delete;
 
   const kiln_host* table() const { return &table_; }
   const std::string& plugin_id() const { return plugin_id_; }
   RunServices* run() const { return run_; }
+  bool sees_ranks() const { return sees_ranks_; }
 
  private:
   std::string plugin_id_;
   RunServices* run_;
+  bool sees_ranks_;
   kiln_host table_{};
 };
 

@@ -18,7 +18,7 @@ PluginInstance::PluginInstance(LoadedPlugin plugin, std::string config_toml, Run
     : plugin_(std::move(plugin)),
       id_(plugin_.id()),
       config_toml_(std::move(config_toml)),
-      host_(std::make_shared<PluginHost>(id_, run)) {}
+      host_(std::make_shared<PluginHost>(id_, run, plugin_.descriptor->kind != KILN_KIND_DATA_MODULE)) {}
 
 PluginInstance::~PluginInstance() { destroy(); }
 

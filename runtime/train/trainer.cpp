@@ -219,6 +219,7 @@ class Run final : public RunServices {
     // validate / test / predict evaluate a checkpoint's weights when given
     // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().
     if (resume_ && command_ != Command::fit) resume_from(*resume_, nullptr);
+    if (command_ != Command::fit) agree_on_start();
     switch (command_) {
       case Command::fit: fit(); break;
       case Command::validate: evaluate(KILN_SPLIT_VAL, &kiln_model_hooks::validation_step, true); break;
@@ -402,6 +403,10 @@ class Run final : public RunServices {
     }
     spdlog::info("resumed from {}: epoch {}, batch {}, step {}", file.string(), view.position.epoch,
                  view.position.next_batch, view.position.global_step);
+    std::error_code ec;
+    resume_point_ = fmt::format("{} ({} bytes): epoch {}, batch {}, step {}", file.filename().string(),
+                                std::filesystem::file_size(file, ec), view.position.epoch, view.position.next_batch,
+                                view.position.global_step);
     return view.position;
   }
 
@@ -428,7 +433,6 @@ class Run final : public RunServices {
     for (auto* list : {&visit.params, &visit.buffers})
       for (auto& [name, tensor] : *list)
         if (tensor.device() != device_) tensor.set_data(tensor.to(device_));
-    if (group_) agree_on_start(visit.params, visit.buffers);
     params_ = visit.params;
     buffers_ = visit.buffers;
     trainable_.clear();
@@ -451,11 +455,14 @@ class Run final : public RunServices {
     }
   }
 
-  // Every rank runs the same manifest, plugin builds and model shapes, or the
-  // run ends on every rank with the difference named; then rank 0's initial
-  // weights are broadcast so all ranks start equal.
-  void agree_on_start(std::vector<std::pair<std::string, at::Tensor>>& params,
-                      std::vector<std::pair<std::string, at::Tensor>>& buffers) {
+  // Every rank runs the same manifest, plugin builds, model shapes, resume
+  // point and split lengths, or the run ends on every rank with the
+  // difference and the ranks named. Called after any resume, so the weights
+  // compared and then broadcast from rank 0 are the resumed ones: all ranks
+  // start equal. A no-op in a single process.
+  void agree_on_start() {
+    if (!group_) return;
+    phase("start-up agreement");
     Facts parts;
     parts.emplace_back("manifest", m_.text);
     std::string builds;
@@ -464,20 +471,43 @@ class Run final : public RunServices {
                 " " + file_digest(p->plugin().path) + "\n";
     parts.emplace_back("plugin builds", builds);
     std::string shapes;
-    for (auto* list : {&params, &buffers})
+    for (auto* list : {&params_, &buffers_})
       for (auto& [name, t] : *list) shapes += name + " " + shape_text(t) + " " + std::string(c10::toString(t.scalar_type())) + "\n";
     parts.emplace_back("model parameters", shapes);
+    parts.emplace_back("resume point", resume_point_.empty() ? "none (a fresh start)" : resume_point_);
+    // The sampler shards each split by its length: ranks that see different
+    // lengths (node-local data) would run different numbers of steps.
+    std::string lengths;
+    for (kiln_split split : splits_used()) lengths += fmt::format("{} split length {}\n", split_name(split), length(split));
+    parts.emplace_back("data split lengths", lengths);
 
     if (auto difference = first_difference(group_->all_gather_text(encode_facts(parts))))
       throw std::runtime_error(*difference);
     std::vector<at::Tensor> tensors;
-    for (auto* list : {&params, &buffers})
+    for (auto* list : {&params_, &buffers_})
       for (auto& [name, t] : *list) tensors.push_back(t);
     {
       torch::NoGradGuard no_grad;
       group_->broadcast(tensors, 0);
     }
     spdlog::debug("start-up agreement: {} ranks agree; rank 0's weights broadcast", world_size());
+  }
+
+  // The splits this command reads (their lengths must agree across ranks).
+  std::vector<kiln_split> splits_used() const {
+    const auto& hooks = session_->model().plugin().model_hooks();
+    switch (command_) {
+      case Command::fit: {
+        std::vector<kiln_split> out{KILN_SPLIT_TRAIN};
+        if (hooks.validation_step) out.push_back(KILN_SPLIT_VAL);
+        if (m_.trainer.test_after_fit && hooks.test_step) out.push_back(KILN_SPLIT_TEST);
+        return out;
+      }
+      case Command::validate: return {KILN_SPLIT_VAL};
+      case Command::test: return {KILN_SPLIT_TEST};
+      case Command::predict: return {KILN_SPLIT_PREDICT};
+    }
+    return {};
   }
 
   static std::string shape_text(const at::Tensor& t) {
@@ -591,7 +621,6 @@ class Run final : public RunServices {
       if (n == 0) throw HookError(data().id(), "data", "length", "the train split is empty; `kiln fit` needs samples");
       return sampler_options(KILN_SPLIT_TRAIN, t.shuffle, t.batch_size, limit_train_, n).max_batches;
     }();
-    if (group_) grad_sync_ = std::make_unique<GradSync>(*group_, trainable_, trainable_names_);
     const int64_t steps_per_epoch = (train_batches + t.accumulate_grad_batches - 1) / t.accumulate_grad_batches;
     const bool per_step = m_.scheduler.interval == "step";
     int64_t total_periods = per_step ? (max_steps_ > 0 ? max_steps_ : steps_per_epoch * std::max<int64_t>(max_epochs_, 1))
@@ -602,6 +631,8 @@ class Run final : public RunServices {
       start = resume_from(*resume_, optimizer.get());
       global_step_ = start.global_step;
     }
+    agree_on_start();
+    if (group_) grad_sync_ = std::make_unique<GradSync>(*group_, trainable_, trainable_names_);
     schedule.apply(*optimizer, per_step ? global_step_ : start.epoch);
 
     const bool validates = model().plugin().model_hooks().validation_step != nullptr && length(KILN_SPLIT_VAL) > 0 &&
@@ -856,6 +887,7 @@ class Run final : public RunServices {
   bool checkpointing_ = false;
   int preempt_signal_ = 0;
   std::optional<std::filesystem::path> resume_;
+  std::string resume_point_;  // the checkpoint resumed from and its position, for the agreement
   std::vector<CheckpointInfo> ranked_;
   std::unique_ptr<GradSync> grad_sync_;
   std::set<std::string> warned_metrics_;

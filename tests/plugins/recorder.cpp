@@ -14,6 +14,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -23,18 +25,35 @@
 
 namespace {
 
+// A data module is told rank 0 of 1 (abi.h): the recorder labels its lines
+// with the launcher's RANK instead, as only a test plugin should.
+int64_t launcher_env(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? std::atoll(value) : fallback;
+}
+
+// Simulates a big plugin library on slow storage: loading it takes this long.
+__attribute__((constructor)) void slow_load() {
+  if (const int64_t seconds = launcher_env("KILN_TEST_SLOW_LOAD_S", 0); seconds > 0) ::sleep(static_cast<unsigned>(seconds));
+}
+
 class Recorder {
  public:
   Recorder(const kiln::Host& host, kiln::Config& config, const std::string& kind)
       : log_(config.get<std::string>("log", "")), label_(config.get<std::string>("label", kind)) {
     for (const auto& hook : config.get_list<std::string>("fail_at", {})) fail_at_.insert(hook);
+    const bool data = kind == "data";
+    rank_ = data ? launcher_env("RANK", 0) : host.rank();
+    const int64_t world = data ? launcher_env("WORLD_SIZE", 1) : host.world_size();
     const int64_t fail_on_rank = config.get<int64_t>("fail_on_rank", -1);
-    if (fail_on_rank >= 0 && fail_on_rank != host.rank()) fail_at_.clear();
-    if (host.world_size() > 1) {
-      label_ += "@" + std::to_string(host.rank());
+    if (fail_on_rank >= 0 && fail_on_rank != rank_) fail_at_.clear();
+    if (world > 1) {
+      label_ += "@" + std::to_string(rank_);
       record("pid=" + std::to_string(::getpid()));
     }
+    if (data) record("host says rank " + std::to_string(host.rank()) + " of " + std::to_string(host.world_size()));
   }
+  int64_t rank() const { return rank_; }
 
   // Records the call, then fails if asked to.
   void hook(const std::string& name) const {
@@ -54,6 +73,7 @@ class Recorder {
   std::string log_;
   std::string label_;
   std::set<std::string> fail_at_;
+  int64_t rank_ = 0;
 };
 
 // The lifecycle hooks every kind shares, recorded the same way for all.
@@ -82,14 +102,24 @@ class Recording : public Base {
 // Model keys: features (4); odd_rank_outputs (a different width on odd
 // ranks: a model that diverges between ranks); rank0_metric (log
 // "val/rank0_only" on rank 0 alone, the pattern that hangs Lightning);
-// dump_params (write the final parameters to <dump_params>.<rank> at teardown).
+// dump_params (write the final parameters to <dump_params>.<rank> at teardown);
+// buffer (register a buffer of that name: a model that differs from its
+// checkpoint only in a buffer); hang_on_rank and hang_after (training_step
+// on that rank never returns from step hang_after on); max_reduce_on_rank
+// (log "val/mixed" reduced by max on that rank, by mean on the others).
 class RecorderModel : public Recording<kiln::Model> {
  public:
   RecorderModel(const kiln::Host& host, kiln::Config& config)
       : Recording(host, config, "model"),
         net_(torch::nn::Linear(config.get<int64_t>("features", 4), outputs(host, config))),
         rank0_metric_(config.get<bool>("rank0_metric", false)),
-        dump_params_(config.get<std::string>("dump_params", "")) {}
+        dump_params_(config.get<std::string>("dump_params", "")),
+        hang_on_rank_(config.get<int64_t>("hang_on_rank", -1)),
+        hang_after_(config.get<int64_t>("hang_after", 0)),
+        max_reduce_on_rank_(config.get<int64_t>("max_reduce_on_rank", -1)) {
+    if (const std::string buffer = config.get<std::string>("buffer", ""); !buffer.empty())
+      net_->register_buffer(buffer, torch::zeros({3}));
+  }
   static int64_t outputs(const kiln::Host& host, kiln::Config& config) {
     const int64_t odd = config.get<int64_t>("odd_rank_outputs", 2);
     return host.rank() % 2 == 1 ? odd : 2;
@@ -113,6 +143,10 @@ class RecorderModel : public Recording<kiln::Model> {
   }
   at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
     recorder_.hook("training_step");
+    if (host().rank() == hang_on_rank_ && steps_++ >= hang_after_) {
+      recorder_.record("training_step hangs");
+      for (;;) ::sleep(60);
+    }
     return torch::nn::functional::cross_entropy(net_->forward(batch["input"]), batch["target"]);
   }
   void validation_step(const kiln::Batch& batch, int64_t) override {
@@ -120,6 +154,9 @@ class RecorderModel : public Recording<kiln::Model> {
     const at::Tensor target = batch["target"];
     host().log_metric("val/loss", torch::nn::functional::cross_entropy(net_->forward(batch["input"]), target).item<double>(),
                       static_cast<double>(target.size(0)));
+    if (max_reduce_on_rank_ >= 0)
+      host().log_metric("val/mixed", 1.0, 1.0,
+                        host().rank() == max_reduce_on_rank_ ? KILN_METRIC_REDUCE_MAX : KILN_METRIC_REDUCE_MEAN);
     if (rank0_metric_ && host().rank() == 0) {
       host().log_metric("val/rank0_only", 1.0);  // the Lightning deadlock pattern
       host().log_metric("val/rank0_flagged", 2.0, 1.0, KILN_METRIC_RANK_ZERO_ONLY);  // the sanctioned way
@@ -131,18 +168,34 @@ class RecorderModel : public Recording<kiln::Model> {
   torch::nn::Linear net_;
   bool rank0_metric_;
   std::string dump_params_;
+  int64_t hang_on_rank_, hang_after_, max_reduce_on_rank_;
+  int64_t steps_ = 0;
 };
 
+// Data keys: size (16), features (4); odd_rank_size (a different length on
+// odd launcher ranks: node-local data that differs); stall_after and stall_s
+// (get_batch calls from number stall_after on sleep stall_s seconds, a data
+// source that hangs).
 class RecorderData : public Recording<kiln::DataModule> {
  public:
   RecorderData(const kiln::Host& host, kiln::Config& config)
-      : Recording(host, config, "data"), size_(config.get<int64_t>("size", 16)), features_(config.get<int64_t>("features", 4)) {}
+      : Recording(host, config, "data"),
+        size_(config.get<int64_t>("size", 16)),
+        features_(config.get<int64_t>("features", 4)),
+        stall_after_(config.get<int64_t>("stall_after", -1)),
+        stall_s_(config.get<int64_t>("stall_s", 0)) {
+    if (recorder_.rank() % 2 == 1) size_ = config.get<int64_t>("odd_rank_size", size_);
+  }
   void prepare_data() override { recorder_.hook("prepare_data"); }
   int64_t length(kiln::Split) override {
     recorder_.hook("length");
     return size_;
   }
   kiln::TensorMap get_batch(kiln::Split, const int64_t* indices, size_t count) override {
+    if (stall_after_ >= 0 && calls_++ >= stall_after_) {
+      recorder_.record("get_batch stalls");
+      ::sleep(static_cast<unsigned>(stall_s_));
+    }
     recorder_.hook("get_batch");
     auto index = torch::from_blob(const_cast<int64_t*>(indices), {static_cast<int64_t>(count)}, torch::kLong).clone();
     auto input = (index.to(torch::kFloat).unsqueeze(1) / size_).repeat({1, features_});
@@ -152,6 +205,8 @@ class RecorderData : public Recording<kiln::DataModule> {
  private:
   int64_t size_;
   int64_t features_;
+  int64_t stall_after_, stall_s_;
+  std::atomic<int64_t> calls_{0};
 };
 
 // Callback keys: stop_after_epoch and stop_on_rank: request a stop at the end

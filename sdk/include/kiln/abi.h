@@ -210,6 +210,11 @@ typedef struct kiln_host {
   int (*metric_get)(const struct kiln_host* host, const char* name, double* out);
 
   /* --- run -------------------------------------------------------------- */
+  /* This process's rank and the number of ranks. A data module always gets
+   * 0 and 1: the host shards every split, and a data module that sharded
+   * itself again would train on a fraction of its data (Lightning's double
+   * sharding). It describes the whole dataset, identically on every rank; the
+   * start-up agreement checks that the split lengths match. Any thread. */
   int32_t (*rank)(const struct kiln_host* host);
   int32_t (*world_size)(const struct kiln_host* host);
   /* Asks the run to stop after the current step. All ranks agree on the stop
