@@ -1,8 +1,14 @@
 // Helpers shared by the integration tests that train.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -47,6 +53,55 @@ inline std::filesystem::path synthetic_manifest(const TempDir& dir, const std::s
                            extra;
   write_file(dir / "run.toml", text);
   return dir / "run.toml";
+}
+
+// A run of the recorder plugins; `model`, `data`, `callback` and `extra` are
+// TOML lines added to those tables and to the end of the manifest.
+inline std::filesystem::path recorder_manifest(const TempDir& dir, const std::string& model, const std::string& data,
+                                        const std::string& callback, const std::string& extra) {
+  const std::string library = (test_plugin_dir() / "libkiln_test_recorder.so").string();
+  const std::string log = (dir / "calls.log").string();
+  auto table = [&](const std::string& header, const std::string& id, const std::string& lines) {
+    return header + "\npath = \"" + library + "\"\nid = \"" + id + "\"\nlog = \"" + log + "\"\n" + lines + "\n";
+  };
+  write_file(dir / "run.toml", "[run]\nname = \"dist\"\ndir = \"" + (dir / "run").string() +
+                                   "\"\nthreads = 1\nseed = 5\n\n" + table("[model]", "test.recorder_model", model) +
+                                   table("[data]", "test.recorder_data", data) +
+                                   table("[[callbacks]]", "test.recorder_callback", callback) +
+                                   "[trainer]\nprogress = \"none\"\n" + extra + "\n");
+  return dir / "run.toml";
+}
+
+// Processes whose command line mentions `marker` (the test's temp dir).
+inline std::vector<pid_t> processes_mentioning(const std::string& marker) {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = read_file(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(marker) != std::string::npos && cmdline.find("kiln") != std::string::npos &&
+        static_cast<pid_t>(std::stol(name)) != getpid())
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// The pid a rank recorded, once it has run `steps` training steps.
+inline pid_t wait_for_rank(const std::filesystem::path& log, int rank, int steps) {
+  const std::string label = "model@" + std::to_string(rank) + ":";
+  for (int i = 0; i < 600; ++i) {
+    std::istringstream in(read_file(log));
+    pid_t pid = 0;
+    int seen = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(label + "pid=", 0) == 0) pid = std::stoi(line.substr(label.size() + 4));
+      if (line == label + "training_step") ++seen;
+    }
+    if (pid > 0 && seen >= steps) return pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return 0;
 }
 
 }  // namespace kiln::test

@@ -6,7 +6,8 @@
 //   log        file the calls are appended to, one "label:hook" per line
 //   label      prefix of this plugin's lines (default: the kind)
 //   fail_at    list of hooks that throw "injected failure in <hook>"
-//   fail_on_rank  only fail on this rank (default: every rank)
+//   exit_at    list of hooks that call exit(0) instead
+//   fail_on_rank  only fail (or exit) on this rank (default: every rank)
 // In a run of several processes the label gains "@<rank>", and create also
 // records "pid=<pid>", so tests can find and kill a given rank.
 // Each line is appended with O_APPEND and closed at once, so a log survives
@@ -42,11 +43,12 @@ class Recorder {
   Recorder(const kiln::Host& host, kiln::Config& config, const std::string& kind)
       : log_(config.get<std::string>("log", "")), label_(config.get<std::string>("label", kind)) {
     for (const auto& hook : config.get_list<std::string>("fail_at", {})) fail_at_.insert(hook);
+    for (const auto& hook : config.get_list<std::string>("exit_at", {})) exit_at_.insert(hook);
     const bool data = kind == "data";
     rank_ = data ? launcher_env("RANK", 0) : host.rank();
     const int64_t world = data ? launcher_env("WORLD_SIZE", 1) : host.world_size();
     const int64_t fail_on_rank = config.get<int64_t>("fail_on_rank", -1);
-    if (fail_on_rank >= 0 && fail_on_rank != rank_) fail_at_.clear();
+    if (fail_on_rank >= 0 && fail_on_rank != rank_) fail_at_.clear(), exit_at_.clear();
     if (world > 1) {
       label_ += "@" + std::to_string(rank_);
       record("pid=" + std::to_string(::getpid()));
@@ -58,6 +60,7 @@ class Recorder {
   // Records the call, then fails if asked to.
   void hook(const std::string& name) const {
     record(name);
+    if (exit_at_.count(name)) std::exit(0);  // a plugin that ends the process "successfully"
     if (fail_at_.count(name)) throw std::runtime_error("injected failure in " + name);
   }
   void record(const std::string& text) const {
@@ -72,7 +75,7 @@ class Recorder {
  private:
   std::string log_;
   std::string label_;
-  std::set<std::string> fail_at_;
+  std::set<std::string> fail_at_, exit_at_;
   int64_t rank_ = 0;
 };
 
@@ -184,7 +187,8 @@ class RecorderData : public Recording<kiln::DataModule> {
         features_(config.get<int64_t>("features", 4)),
         stall_after_(config.get<int64_t>("stall_after", -1)),
         stall_s_(config.get<int64_t>("stall_s", 0)) {
-    if (recorder_.rank() % 2 == 1) size_ = config.get<int64_t>("odd_rank_size", size_);
+    const int64_t odd_rank_size = config.get<int64_t>("odd_rank_size", size_);
+    if (recorder_.rank() % 2 == 1) size_ = odd_rank_size;
   }
   void prepare_data() override { recorder_.hook("prepare_data"); }
   int64_t length(kiln::Split) override {
