@@ -257,8 +257,11 @@ class StuckGetBatch : public testing::TestWithParam<int> {};
 TEST_P(StuckGetBatch, ErrorIsReportedAndCleanupRunsWithinABound) {
   const int processes = GetParam();
   TempDir dir;
+  // The step fails only once this rank's data module is inside the stalled call.
+  const std::string stalled = processes > 1 ? "data@{rank}:get_batch stalls" : "data:get_batch stalls";
   auto r = kiln({"fit",
-                 recorder_manifest(dir, "fail_at = [\"training_step\"]", "size = 64\nstall_after = 1\nstall_s = 600", "",
+                 recorder_manifest(dir, "fail_at = [\"training_step\"]\nwait_for = \"" + stalled + "\"",
+                                   "size = 64\nstall_after = 1\nstall_s = 600", "",
                                    "max_epochs = 1\nbatch_size = 4\n")
                      .string(),
                  "-n", std::to_string(processes)},

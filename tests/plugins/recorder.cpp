@@ -56,6 +56,13 @@ class Recorder {
     if (data) record("host says rank " + std::to_string(host.rank()) + " of " + std::to_string(host.world_size()));
   }
   int64_t rank() const { return rank_; }
+  // Whether the shared log already holds `line` (whole line).
+  bool logged(const std::string& line) const {
+    std::ifstream in(log_);
+    for (std::string l; std::getline(in, l);)
+      if (l == line) return true;
+    return false;
+  }
 
   // Records the call, then fails if asked to.
   void hook(const std::string& name) const {
@@ -109,7 +116,9 @@ class Recording : public Base {
 // buffer (register a buffer of that name: a model that differs from its
 // checkpoint only in a buffer); hang_on_rank and hang_after (training_step
 // on that rank never returns from step hang_after on); max_reduce_on_rank
-// (log "val/mixed" reduced by max on that rank, by mean on the others).
+// (log "val/mixed" reduced by max on that rank, by mean on the others);
+// wait_for (training_step first waits until the log holds this line;
+// "{rank}" in it becomes this rank).
 class RecorderModel : public Recording<kiln::Model> {
  public:
   RecorderModel(const kiln::Host& host, kiln::Config& config)
@@ -119,7 +128,10 @@ class RecorderModel : public Recording<kiln::Model> {
         dump_params_(config.get<std::string>("dump_params", "")),
         hang_on_rank_(config.get<int64_t>("hang_on_rank", -1)),
         hang_after_(config.get<int64_t>("hang_after", 0)),
-        max_reduce_on_rank_(config.get<int64_t>("max_reduce_on_rank", -1)) {
+        max_reduce_on_rank_(config.get<int64_t>("max_reduce_on_rank", -1)),
+        wait_for_(config.get<std::string>("wait_for", "")) {
+    if (const size_t at = wait_for_.find("{rank}"); at != std::string::npos)
+      wait_for_.replace(at, 6, std::to_string(host.rank()));
     if (const std::string buffer = config.get<std::string>("buffer", ""); !buffer.empty())
       net_->register_buffer(buffer, torch::zeros({3}));
   }
@@ -145,6 +157,10 @@ class RecorderModel : public Recording<kiln::Model> {
     return *net_;
   }
   at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
+    // Sequencing across threads without timing: wait (up to 60 s) until the
+    // log shows a line another thread writes, e.g. "data:get_batch stalls".
+    if (!wait_for_.empty())
+      for (int i = 0; i < 600 && !recorder_.logged(wait_for_); ++i) ::usleep(100'000);
     recorder_.hook("training_step");
     if (host().rank() == hang_on_rank_ && steps_++ >= hang_after_) {
       recorder_.record("training_step hangs");
@@ -172,6 +188,7 @@ class RecorderModel : public Recording<kiln::Model> {
   bool rank0_metric_;
   std::string dump_params_;
   int64_t hang_on_rank_, hang_after_, max_reduce_on_rank_;
+  std::string wait_for_;
   int64_t steps_ = 0;
 };
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
+#include <vector>
+
 #include "kiln/abi.h"
 
 namespace kiln {
@@ -45,6 +49,21 @@ TEST(MetricStore, RefusesTwoReductionsForOneMetric) {
   MetricStore store;
   store.record("m", 1.0, 1, KILN_METRIC_REDUCE_SUM);
   EXPECT_THROW(store.record("m", 1.0, 1, KILN_METRIC_REDUCE_MAX), std::invalid_argument);
+}
+
+TEST(MetricStore, OneMetricReducedDifferentlyOnTwoRanksIsRefusedNamingTheRanks) {
+  MetricStore rank0, rank1;
+  rank0.record("val/x", 1.0, 1, KILN_METRIC_REDUCE_MEAN);
+  rank1.record("val/x", 3.0, 1, KILN_METRIC_REDUCE_MAX);
+  const std::vector<std::string> gathered{rank0.export_pending(), rank1.export_pending()};
+  try {
+    rank0.reduce_merged(gathered, nullptr);
+    FAIL() << "mixed reductions were combined";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(),
+                 "metric 'val/x' is reduced as mean on rank(s) 0 and as max on rank(s) 1: ranks must log a metric "
+                 "with the same reduction (the values cannot be combined)");
+  }
 }
 
 }  // namespace
