@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
@@ -38,6 +39,8 @@ auto collective(const char* what, F&& body, bool passthrough = false) -> decltyp
     return body();
   } catch (const PeerFailure&) {
     throw;
+  } catch (const Interrupted&) {
+    throw;
   } catch (const c10::Error& e) {
     throw PeerFailure(std::string(what) + " failed (another rank failed or stopped responding): " +
                       one_line(e.what_without_backtrace()));
@@ -55,8 +58,10 @@ bool wants_nccl(const DistributedConfig& config, const std::string& device) {
 
 }  // namespace
 
-ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, const std::string& device)
-    : rank_(static_cast<int>(env.rank)),
+ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, const std::string& device,
+                           std::function<std::string()> interrupted)
+    : interrupted_(std::move(interrupted)),
+      rank_(static_cast<int>(env.rank)),
       world_size_(static_cast<int>(env.world_size)),
       local_rank_(static_cast<int>(env.local_rank)),
       timeout_(std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000))) {
@@ -122,6 +127,7 @@ void ProcessGroup::arrive(Clock::time_point deadline, const std::string& where) 
     store_->set("arrived/" + std::to_string(rank_), std::vector<uint8_t>{1});
     store_->add("arrived", 1);
     while (store_->add("arrived", 0) < world_size_) {
+      check_interrupted("the rendezvous");
       if (Clock::now() >= deadline) {
         std::string missing;
         for (int r = 0; r < world_size_; ++r)
@@ -140,11 +146,43 @@ void ProcessGroup::arrive(Clock::time_point deadline, const std::string& where) 
 
 ProcessGroup::~ProcessGroup() = default;
 
+void ProcessGroup::check_interrupted(const char* what) const {
+  if (!interrupted_) return;
+  const std::string reason = interrupted_();
+  if (!reason.empty()) throw Interrupted("interrupted by " + reason + " while waiting in " + what);
+}
+
+// Polls instead of blocking in Work::wait: a signal must not wait out the
+// collective's timeout (Gloo ends the work itself at the timeout).
+void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what,
+                        std::optional<Clock::time_point> deadline) {
+  for (int spins = 0; !work->isCompleted(); ++spins) {
+    check_interrupted(what);
+    if (deadline && Clock::now() >= *deadline)
+      throw PeerFailure(std::string(what) + " timed out after " + seconds(timeout_) +
+                        " (another rank failed or stopped responding)");
+    if (spins < 200)
+      std::this_thread::yield();  // most collectives here finish within microseconds
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  work->wait();  // rethrows the collective's failure
+}
+
+bool ProcessGroup::wait_key(const std::string& key, Clock::time_point deadline, const char* what) {
+  for (int spins = 0; !store_->check({key}); ++spins) {
+    check_interrupted(what);
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(spins < 100 ? 100 : 1000));
+  }
+  return true;
+}
+
 void ProcessGroup::barrier() {
   collective("barrier", [&] {
     c10d::BarrierOptions options;
     options.timeout = timeout_;
-    group_->barrier(options)->wait(timeout_);
+    wait(group_->barrier(options), "a barrier");
   });
 }
 
@@ -160,7 +198,7 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
       std::vector<at::Tensor> one{t};
       works.push_back(group_->broadcast(one, options));
     }
-    for (auto& work : works) work->wait(remaining(deadline));
+    for (auto& work : works) wait(work, "the broadcast of the initial weights", deadline);
   });
 }
 
@@ -170,7 +208,7 @@ void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = timeout_;
-    group_->allreduce(one, options)->wait(timeout_);
+    wait(group_->allreduce(one, options), "an all-reduce");
   });
 }
 
@@ -182,7 +220,9 @@ std::vector<std::string> ProcessGroup::all_gather_text(const std::string& text) 
     const auto deadline = Clock::now() + timeout_;  // for all ranks together
     for (int r = 0; r < world_size_; ++r) {
       const std::string key = round + std::to_string(r);
-      store_->wait({key}, remaining(deadline));
+      if (!wait_key(key, deadline, "a gather through the store"))
+        throw PeerFailure("a gather through the store timed out after " + seconds(timeout_) + ": rank " +
+                          std::to_string(r) + " did not contribute (it failed or stopped responding)");
       const std::vector<uint8_t> value = store_->get(key);
       out[r].assign(value.begin(), value.end());
     }

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 namespace c10d {
 class ProcessGroup;
 class Store;
+class Work;
 }  // namespace c10d
 
 namespace kiln {
@@ -28,7 +31,12 @@ class ProcessGroup {
 
   // Rendezvous with the other ranks; throws std::runtime_error naming the
   // address and timeout when they do not all arrive in time.
-  ProcessGroup(const DistEnv& env, const DistributedConfig& config, const std::string& device);
+  // `interrupted` (may be empty) is polled while any wait is in progress;
+  // when it returns a non-empty reason ("SIGTERM") the wait throws
+  // Interrupted, so a signalled rank cleans up instead of sitting out the
+  // collective's timeout.
+  ProcessGroup(const DistEnv& env, const DistributedConfig& config, const std::string& device,
+               std::function<std::string()> interrupted = {});
   ~ProcessGroup();
 
   int rank() const { return rank_; }
@@ -49,7 +57,14 @@ class ProcessGroup {
  private:
   // Counts this rank in and waits, until `deadline`, for all the others.
   void arrive(Clock::time_point deadline, const std::string& where);
+  // Waits for a collective, polling `interrupted_` (and `deadline`, if any).
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what,
+            std::optional<Clock::time_point> deadline = std::nullopt);
+  // Waits for a store key until `deadline`, polling `interrupted_`; false on timeout.
+  bool wait_key(const std::string& key, Clock::time_point deadline, const char* what);
+  void check_interrupted(const char* what) const;
 
+  std::function<std::string()> interrupted_;
   int rank_, world_size_, local_rank_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;

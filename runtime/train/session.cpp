@@ -44,6 +44,10 @@ Failure Session::classify(std::exception_ptr error) const {
     f.bad_input = true;
     f.message = e.what();
     f.report = e.what();
+  } catch (const Interrupted& e) {
+    f.reason = KILN_FAILURE_INTERRUPTED;
+    f.message = e.what();
+    f.report = std::string(e.what()) + on_rank;
   } catch (const PeerFailure& e) {
     f.reason = KILN_FAILURE_PEER_FAILED;
     f.message = e.what();

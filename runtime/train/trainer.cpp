@@ -148,7 +148,13 @@ class Run final : public RunServices {
     if (dist_) {
       // The process group exists before any plugin: no plugin code can run
       // before every rank has arrived, or launch anything itself.
-      group_ = std::make_unique<ProcessGroup>(*dist_, m_.distributed, m_.run.device);
+      // A signal ends any wait at once (a preemption notice excepted: it is
+      // voted on at the next step boundary, where the checkpoint is taken).
+      group_ = std::make_unique<ProcessGroup>(*dist_, m_.distributed, m_.run.device, [this]() -> std::string {
+        const int s = signal_ ? signal_->load() : 0;
+        if (s == 0 || (s == preempt_signal_ && command_ == Command::fit)) return "";
+        return s == SIGTERM ? "SIGTERM" : s == SIGUSR1 ? "SIGUSR1" : "SIGINT";
+      });
       spdlog::info("rank {}/{} joined the process group ({} launch)", rank(), world_size(), dist_->launcher);
     }
     std::filesystem::create_directories(m_.run.dir);

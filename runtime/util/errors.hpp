@@ -48,6 +48,14 @@ inline std::string one_line(std::string text) {
   return out;
 }
 
+// A signal (SIGINT, SIGTERM) arrived while this rank waited in a collective
+// or at the rendezvous: the wait is abandoned so that cleanup runs now, not
+// after the collective's timeout. Reported as KILN_FAILURE_INTERRUPTED.
+class Interrupted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Exit codes of the `kiln` executable (documented in docs/guarantees.md).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;    // training failed (a hook, the host)

@@ -186,6 +186,11 @@ TEST(FailureReport, RankThatExitsZeroDuringSetupIsTheCause) {
   EXPECT_NE(line.find("rank 1 (pid"), std::string::npos) << r.output;
   EXPECT_NE(line.find("exited early with code 0 during plugin set-up"), std::string::npos) << r.output;
   expect_no_backtrace(r.output);
+  // Rank 0, waiting for rank 1 at a barrier, is stopped by SIGTERM: it leaves
+  // the wait and runs its cleanup (not killed after the grace period).
+  const std::string calls = read_file(dir / "calls.log");
+  for (const char* hook : {"model@0:teardown(failed=1)", "data@0:destroy", "callback@0:destroy"})
+    EXPECT_NE(calls.find(hook), std::string::npos) << hook << "\n" << calls;
   EXPECT_TRUE(processes_mentioning(dir.path().string()).empty());
 }
 
