@@ -1,5 +1,7 @@
 #include "plugin/plugin_instance.hpp"
 
+#include "util/errors.hpp"
+
 #include <chrono>
 #include <thread>
 
@@ -24,11 +26,11 @@ PluginInstance::~PluginInstance() { destroy(); }
 
 void PluginInstance::check(kiln_error* error, const char* hook) const {
   if (error == nullptr) return;
-  std::string message = take_error(error);
-  // One line: a multi-line message from a plugin would break the report.
-  for (char& c : message)
-    if (c == '\n' || c == '\r') c = ' ';
-  throw HookError(id_, plugin_.slot, hook, message);
+  const std::string full = take_error(error);
+  // One line: a multi-line message would break the report, and a LibTorch
+  // error raised inside the plugin carries a C++ backtrace (kept for debug).
+  if (full.find('\n') != std::string::npos) spdlog::debug("[{}] {}: {}", id_, hook, full);
+  throw HookError(id_, plugin_.slot, hook, one_line(full));
 }
 
 void PluginInstance::create() {

@@ -292,6 +292,19 @@ INSTANTIATE_TEST_SUITE_P(Processes, StuckGetBatch, testing::Values(1, 2),
                            return std::to_string(info.param) + "_process" + (info.param > 1 ? "es" : "");
                          });
 
+// A LibTorch error inside a plugin (a shape mismatch in training_step) is
+// one line naming the plugin and hook, without LibTorch's C++ backtrace.
+TEST(FailureReport, LibTorchErrorInAPluginIsOneLineWithoutBacktrace) {
+  TempDir dir;
+  auto r = kiln({"fit", recorder_manifest(dir, "features = 5", "features = 4", "", "max_epochs = 1").string()},
+                {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(final_error(r.output).find("plugin 'test.recorder_model' [model] failed in training_step on rank 0: "),
+            std::string::npos)
+      << r.output;
+  expect_no_backtrace(r.output);
+}
+
 // --- waits that keep their bound ----------------------------------------------
 
 // torchrun style, by hand: one rank of two is launched, the other never is.
