@@ -11,13 +11,15 @@
 
 struct kiln_error {
   std::string message;
+  kiln_error_code code = KILN_ERROR_UNKNOWN;
 };
 
 namespace kiln {
 
-kiln_error* make_error(const std::string& message) { return new kiln_error{message}; }
+kiln_error* make_error(const std::string& message, kiln_error_code code) { return new kiln_error{message, code}; }
 
-std::string take_error(kiln_error* error) {
+std::string take_error(kiln_error* error, kiln_error_code* code) {
+  if (code) *code = error ? error->code : KILN_ERROR_UNKNOWN;
   if (error == nullptr) return {};
   std::string message = std::move(error->message);
   delete error;
@@ -36,6 +38,16 @@ kiln_error* error_new(const kiln_host*, const char* message) noexcept {
     return make_error(message ? message : "(no message)");
   } catch (...) {
     return nullptr;  // out of memory: the host reports a generic failure
+  }
+}
+
+kiln_error* error_new_code(const kiln_host*, kiln_error_code code, const char* message) noexcept {
+  try {
+    // A code this host does not know is UNKNOWN: the list is closed per minor.
+    const bool known = code >= KILN_ERROR_UNKNOWN && code <= KILN_ERROR_INTERNAL;
+    return make_error(message ? message : "(no message)", known ? code : KILN_ERROR_UNKNOWN);
+  } catch (...) {
+    return nullptr;
   }
 }
 
@@ -215,6 +227,7 @@ PluginHost::PluginHost(std::string plugin_id, RunServices* run, bool sees_ranks)
   table_.batch_release = &batch_release;
   table_.state_write = &state_write;
   table_.state_read = &state_read;
+  table_.error_new_code = &error_new_code;
 }
 
 }  // namespace kiln

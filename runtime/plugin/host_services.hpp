@@ -33,9 +33,10 @@ class PluginHost {
 
 // Creates an error as kiln_host.error_new does (for host-side failures that
 // travel the same path as plugin errors).
-kiln_error* make_error(const std::string& message);
-// Returns the message of an error the host now owns, and frees it. NULL gives "".
-std::string take_error(kiln_error* error);
+kiln_error* make_error(const std::string& message, kiln_error_code code = KILN_ERROR_UNKNOWN);
+// Returns the message of an error the host now owns (and its code, when
+// `code` is given), and frees it. NULL gives "".
+std::string take_error(kiln_error* error, kiln_error_code* code = nullptr);
 
 // Frees batches the host received from get_batch.
 struct BatchDeleter {

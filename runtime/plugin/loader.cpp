@@ -16,17 +16,19 @@ namespace kiln {
 
 namespace {
 
-// The v1 layout is the floor: a struct smaller than its v1 size predates the
-// ABI or is corrupt. Fields appended by later minors are read with KILN_HAS_FIELD.
-constexpr size_t kMinEntrySize = sizeof(kiln_entry);
-constexpr size_t kMinDescriptorSize = sizeof(kiln_descriptor);
-constexpr size_t kMinLifecycleSize = sizeof(kiln_lifecycle);
+// ABI 1.0's frozen sizes are the floor (abi.h): a struct smaller than that
+// predates the ABI or is corrupt, while a plugin built against 1.0 keeps
+// loading in this 1.x host. Fields appended by later minors are read only
+// when the plugin's struct_size says they exist (KILN_HAS_FIELD).
+constexpr size_t kMinEntrySize = KILN_ENTRY_STRUCT_SIZE_1_0;
+constexpr size_t kMinDescriptorSize = KILN_DESCRIPTOR_STRUCT_SIZE_1_0;
+constexpr size_t kMinLifecycleSize = KILN_LIFECYCLE_STRUCT_SIZE_1_0;
 
 size_t min_hooks_size(kiln_plugin_kind kind) {
   switch (kind) {
-    case KILN_KIND_MODEL: return sizeof(kiln_model_hooks);
-    case KILN_KIND_DATA_MODULE: return sizeof(kiln_data_hooks);
-    case KILN_KIND_CALLBACK: return sizeof(kiln_callback_hooks);
+    case KILN_KIND_MODEL: return KILN_MODEL_HOOKS_STRUCT_SIZE_1_0;
+    case KILN_KIND_DATA_MODULE: return KILN_DATA_HOOKS_STRUCT_SIZE_1_0;
+    case KILN_KIND_CALLBACK: return KILN_CALLBACK_HOOKS_STRUCT_SIZE_1_0;
     default: return 0;
   }
 }

@@ -9,12 +9,14 @@
 
 namespace kiln {
 
-HookError::HookError(std::string plugin_id, std::string slot, std::string hook, std::string message)
+HookError::HookError(std::string plugin_id, std::string slot, std::string hook, std::string message,
+                     kiln_error_code code)
     : std::runtime_error("plugin '" + plugin_id + "' [" + slot + "] failed in " + hook + ": " + message),
       plugin_id_(std::move(plugin_id)),
       slot_(std::move(slot)),
       hook_(std::move(hook)),
-      message_(std::move(message)) {}
+      message_(std::move(message)),
+      code_(code) {}
 
 PluginInstance::PluginInstance(LoadedPlugin plugin, std::string config_toml, RunServices* run)
     : plugin_(std::move(plugin)),
@@ -26,11 +28,12 @@ PluginInstance::~PluginInstance() { destroy(); }
 
 void PluginInstance::check(kiln_error* error, const char* hook) const {
   if (error == nullptr) return;
-  const std::string full = take_error(error);
+  kiln_error_code code = KILN_ERROR_UNKNOWN;
+  const std::string full = take_error(error, &code);
   // One line: a multi-line message would break the report, and a LibTorch
   // error raised inside the plugin carries a C++ backtrace (kept for debug).
   if (full.find('\n') != std::string::npos) spdlog::debug("[{}] {}: {}", id_, hook, full);
-  throw HookError(id_, plugin_.slot, hook, one_line(full));
+  throw HookError(id_, plugin_.slot, hook, one_line(full), code);
 }
 
 void PluginInstance::create() {

@@ -16,7 +16,9 @@ namespace kiln {
 // A hook that returned an error. `what()` is the one line the run reports.
 class HookError : public std::runtime_error {
  public:
-  HookError(std::string plugin_id, std::string slot, std::string hook, std::string message);
+  HookError(std::string plugin_id, std::string slot, std::string hook, std::string message,
+            kiln_error_code code = KILN_ERROR_UNKNOWN);
+  kiln_error_code code() const { return code_; }
   const std::string& plugin_id() const { return plugin_id_; }
   const std::string& slot() const { return slot_; }
   const std::string& hook() const { return hook_; }
@@ -24,6 +26,7 @@ class HookError : public std::runtime_error {
 
  private:
   std::string plugin_id_, slot_, hook_, message_;
+  kiln_error_code code_;
 };
 
 class PluginInstance {

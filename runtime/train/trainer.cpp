@@ -157,8 +157,6 @@ class Run final : public RunServices {
       });
       spdlog::info("rank {}/{} joined the process group ({} launch)", rank(), world_size(), dist_->launcher);
     }
-    std::filesystem::create_directories(m_.run.dir);
-    prepare_checkpoint_dir();
 
     std::vector<std::unique_ptr<PluginInstance>> callbacks;
     for (size_t i = 0; i < plugins.callbacks.size(); ++i)
@@ -221,6 +219,10 @@ class Run final : public RunServices {
 
   void body() {
     phase(command_name(command_));
+    // Only now, with every plugin created and set up: a plugin that refuses
+    // its config (exit 2) leaves nothing on disk.
+    std::filesystem::create_directories(m_.run.dir);
+    prepare_checkpoint_dir();
     collect_parameters();
     // validate / test / predict evaluate a checkpoint's weights when given
     // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().

@@ -10,7 +10,7 @@ namespace {
 TEST(Cli, VersionNamesAbiAndLibTorch) {
   const ProcessResult r = kiln({"--version"});
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_NE(r.output.find("kiln 0.1.0 (ABI 1.0, LibTorch "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kiln 0.1.0 (ABI 1.1, LibTorch "), std::string::npos) << r.output;
 }
 
 TEST(Cli, HelpListsTheCommands) {
@@ -30,7 +30,7 @@ TEST(Cli, InspectAPluginLibrary) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("kiln.mlp"), std::string::npos);
   EXPECT_NE(r.output.find("kind:          model"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("ABI:           1.0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ABI:           1.1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("training_step"), std::string::npos) << r.output;
 }
 
@@ -57,9 +57,12 @@ TEST(Cli, UnknownPluginKeyIsRefusedWithSuggestion) {
   TempDir dir;
   const auto manifest = synthetic_manifest(dir);
   const ProcessResult r = kiln({"fit", manifest.string(), "--set", "model.hiden=[8]"});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  // The SDK reports a config error as KILN_ERROR_INVALID_ARGUMENT (ABI 1.1):
+  // bad input, exit 2, nothing written.
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("failed in create"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("'hiden' (did you mean 'hidden'?)"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run")) << "a refused config leaves no run directory";
 }
 
 TEST(Cli, SetOverridesAnyKey) {

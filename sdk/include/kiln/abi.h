@@ -1,5 +1,5 @@
 /*
- * kiln/abi.h — the kiln plugin ABI, version 1.
+ * kiln/abi.h — the kiln plugin ABI, version 1.1.
  *
  * This header is the only contract between the kiln host and its plugins.
  * It is plain C (C99 and C++17), includes only <stddef.h> and <stdint.h>, and
@@ -19,13 +19,22 @@
  *   (KILN_HAS_FIELD). A plugin reads host fields the same way.
  * - Every struct that crosses the ABI begins with `size_t struct_size`, set to
  *   `sizeof(the struct)` by whoever fills it. Structs only ever grow at the end.
+ * - The smallest size a reader accepts is the struct's size in ABI 1.0,
+ *   frozen below as KILN_<STRUCT>_STRUCT_SIZE_1_0 (the size up to its last
+ *   1.0 field, as PJRT's *_STRUCT_SIZE macros do), never the current
+ *   sizeof: a plugin built against 1.0 keeps loading in every 1.x host.
+ * - 1.1 appended kiln_host.error_new_code (error codes, below).
  * - A NULL function pointer means "not implemented": the host does the default
  *   (documented per hook) and the hook is listed as absent by `kiln inspect`.
  *
  * Errors
  * ------
  * Every fallible hook returns `kiln_error*`: NULL on success, otherwise an
- * error object created with `kiln_host.error_new`. Errors are allocated and
+ * error object created with `kiln_host.error_new` or, since 1.1,
+ * `kiln_host.error_new_code`, which says what kind of failure it is
+ * (KILN_ERROR_*; an error without a code is KILN_ERROR_UNKNOWN). The host
+ * exits 2 ("bad input, nothing ran") for KILN_ERROR_INVALID_ARGUMENT from
+ * create or setup, and 1 for everything else. Errors are allocated and
  * freed by the host; ownership of a returned error passes to the host. A plugin
  * never frees an error it returned. Plugins written in C++ must catch every
  * exception before it reaches a C frame (the SDK in kiln/plugin.hpp does).
@@ -62,7 +71,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_VERSION_MAJOR 1
-#define KILN_ABI_VERSION_MINOR 0
+#define KILN_ABI_VERSION_MINOR 1
 
 /* The symbol every plugin shared object exports. */
 #define KILN_ENTRY_SYMBOL "kiln_plugin_entry"
@@ -134,6 +143,17 @@ typedef int32_t kiln_failure_reason;
 #define KILN_FAILURE_INTERRUPTED 3  /* SIGINT or SIGTERM */
 #define KILN_FAILURE_PREEMPTED 4    /* a preemption signal; a checkpoint was committed */
 #define KILN_FAILURE_PEER_FAILED 5  /* another rank of the run failed */
+
+/* What kind of failure an error is (kiln_host.error_new_code, ABI 1.1). A
+ * closed list: a host treats a code it does not know as KILN_ERROR_UNKNOWN. */
+typedef int32_t kiln_error_code;
+#define KILN_ERROR_UNKNOWN 0             /* no code given (error_new, ABI 1.0 plugins) */
+#define KILN_ERROR_INVALID_ARGUMENT 1    /* the user's input is wrong: a config key, a value, a data file; exit 2 */
+#define KILN_ERROR_NOT_FOUND 2           /* something the plugin needs does not exist (a file, a split) */
+#define KILN_ERROR_FAILED_PRECONDITION 3 /* called in a state that does not allow it */
+#define KILN_ERROR_RESOURCE_EXHAUSTED 4  /* out of memory, disk, handles */
+#define KILN_ERROR_UNIMPLEMENTED 5       /* the plugin does not support what was asked */
+#define KILN_ERROR_INTERNAL 6            /* a bug, or a failure of a library below the plugin */
 
 /* Flags of kiln_host.log_metric. */
 #define KILN_METRIC_REDUCE_MEAN 0u       /* weighted mean over the epoch (default) */
@@ -267,6 +287,13 @@ typedef struct kiln_host {
    * *data / *size (borrowed until state_load returns) if found, else 0. */
   int (*state_read)(const struct kiln_host* host, kiln_state_reader* reader, const char* key,
                     const void** data, size_t* size);
+
+  /* --- ABI 1.1 ---------------------------------------------------------- */
+  /* As error_new, with a KILN_ERROR_* code saying what kind of failure it is.
+   * Check KILN_HAS_FIELD(host, kiln_host, error_new_code) first: a 1.0 host
+   * lacks it (fall back to error_new). Any thread. */
+  kiln_error* (*error_new_code)(const struct kiln_host* host, kiln_error_code code,
+                                const char* message);
 } kiln_host;
 
 /* ------------------------------------------------------------------------ */
@@ -420,6 +447,21 @@ typedef struct kiln_entry {
   size_t descriptor_count;
   const kiln_descriptor* const* descriptors;
 } kiln_entry;
+
+/* ------------------------------------------------------------------------ */
+/* Frozen sizes of ABI 1.0: the floor every reader accepts                    */
+/* ------------------------------------------------------------------------ */
+
+#define KILN_STRUCT_SIZE(type, last_field) (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+#define KILN_ENTRY_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_entry, descriptors)
+#define KILN_DESCRIPTOR_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_descriptor, hooks)
+#define KILN_LIFECYCLE_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_lifecycle, destroy)
+#define KILN_MODEL_HOOKS_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_model_hooks, predict_step)
+#define KILN_DATA_HOOKS_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_data_hooks, get_batch)
+#define KILN_CALLBACK_HOOKS_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_callback_hooks, on_test_end)
+#define KILN_HOST_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_host, state_read)
+#define KILN_EXCEPTION_INFO_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_exception_info, rank)
+#define KILN_PROGRESS_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_progress, max_steps)
 
 /* The exported entry point. Returns a static table that stays valid while the
  * library is loaded; may be called several times, from the main thread, and

@@ -239,7 +239,17 @@ const kiln_host* host_of(kiln_instance* instance) {
   return reinterpret_cast<Instance<T>*>(instance)->host;
 }
 
-// Runs `body`, turning any exception into a host-allocated error.
+// A host error with a code when the host has error_new_code (ABI 1.1),
+// else without one: a 1.0 host's table ends before that field.
+inline kiln_error* new_error(const kiln_host* host, kiln_error_code code, const char* message) noexcept {
+  if (KILN_HAS_FIELD(host, kiln_host, error_new_code) && host->error_new_code != nullptr)
+    return host->error_new_code(host, code, message);
+  return host->error_new(host, message);
+}
+
+// Runs `body`, turning any exception into a host-allocated error. A
+// ConfigError (the plugin's config is wrong) is the user's input:
+// KILN_ERROR_INVALID_ARGUMENT, so the host exits 2.
 template <class F>
 kiln_error* guarded(const kiln_host* host, F&& body) noexcept {
   try {
@@ -247,12 +257,16 @@ kiln_error* guarded(const kiln_host* host, F&& body) noexcept {
     return nullptr;
   } catch (const HostError& e) {
     return e.error;
+  } catch (const ConfigError& e) {
+    return new_error(host, KILN_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const c10::Error& e) {
-    return host->error_new(host, e.what_without_backtrace());
+    return new_error(host, KILN_ERROR_INTERNAL, e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    return new_error(host, KILN_ERROR_RESOURCE_EXHAUSTED, "out of memory");
   } catch (const std::exception& e) {
-    return host->error_new(host, e.what());
+    return new_error(host, KILN_ERROR_UNKNOWN, e.what());
   } catch (...) {
-    return host->error_new(host, "unknown C++ exception");
+    return new_error(host, KILN_ERROR_UNKNOWN, "unknown C++ exception");
   }
 }
 

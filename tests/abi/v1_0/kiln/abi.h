@@ -1,0 +1,428 @@
+/*
+ * kiln/abi.h — the kiln plugin ABI, version 1.
+ *
+ * This header is the only contract between the kiln host and its plugins.
+ * It is plain C (C99 and C++17), includes only <stddef.h> and <stdint.h>, and
+ * never lets a C++ exception cross it.
+ *
+ * A plugin is a shared object that exports one symbol, `kiln_plugin_entry`
+ * (see KILN_ENTRY_SYMBOL), returning a table of descriptors. Each descriptor
+ * names one plugin of one kind — model, data module or callback — and carries
+ * the function tables the host calls.
+ *
+ * Versioning
+ * ----------
+ * - KILN_ABI_VERSION_MAJOR changes only when an existing field changes meaning
+ *   or position; the host refuses a plugin whose major differs from its own.
+ * - KILN_ABI_VERSION_MINOR grows when fields are appended. A host reads a field
+ *   only when the struct's `struct_size` says the plugin's struct contains it
+ *   (KILN_HAS_FIELD). A plugin reads host fields the same way.
+ * - Every struct that crosses the ABI begins with `size_t struct_size`, set to
+ *   `sizeof(the struct)` by whoever fills it. Structs only ever grow at the end.
+ * - A NULL function pointer means "not implemented": the host does the default
+ *   (documented per hook) and the hook is listed as absent by `kiln inspect`.
+ *
+ * Errors
+ * ------
+ * Every fallible hook returns `kiln_error*`: NULL on success, otherwise an
+ * error object created with `kiln_host.error_new`. Errors are allocated and
+ * freed by the host; ownership of a returned error passes to the host. A plugin
+ * never frees an error it returned. Plugins written in C++ must catch every
+ * exception before it reaches a C frame (the SDK in kiln/plugin.hpp does).
+ *
+ * Threads
+ * -------
+ * Unless a function says otherwise, the host calls plugin functions from one
+ * thread, the "main thread" of the run, never concurrently. The exception is
+ * `kiln_data_hooks.get_batch`, which runs on host prefetch threads (see there).
+ * Host services say for each function which threads may call it.
+ *
+ * Tensors
+ * -------
+ * `kiln_tensor*` is an opaque, reference-counted handle. A plugin linked
+ * against the host's LibTorch may convert a handle to `at::Tensor` directly
+ * (kiln/tensor.hpp) — autograd history is kept, so a loss computed in a plugin
+ * back-propagates through the plugin's graph when the host calls backward().
+ * A plugin that links no LibTorch hands data over as DLPack
+ * (`kiln_host.tensor_from_dlpack`); DLPack cannot carry autograd history, so
+ * parameters and losses always cross as handles.
+ *
+ * Ownership words used below:
+ *   "owned"    the receiver must release it (kiln_host.tensor_release, ...);
+ *   "borrowed" valid only until the call returns (or as stated); do not release.
+ */
+#ifndef KILN_ABI_H
+#define KILN_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_ABI_VERSION_MAJOR 1
+#define KILN_ABI_VERSION_MINOR 0
+
+/* The symbol every plugin shared object exports. */
+#define KILN_ENTRY_SYMBOL "kiln_plugin_entry"
+
+#if defined(_WIN32)
+#define KILN_EXPORT __declspec(dllexport)
+#else
+#define KILN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* True when a struct filled by the other side is large enough to contain
+ * `field`: read a field only when this holds. */
+#define KILN_HAS_FIELD(ptr, type, field) \
+  ((ptr) != NULL && (ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
+
+/* ------------------------------------------------------------------------ */
+/* Opaque types                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* An error, created by kiln_host.error_new. Owned by the host once returned. */
+typedef struct kiln_error kiln_error;
+/* A reference-counted tensor handle (for LibTorch plugins: a c10::TensorImpl*
+ * carrying one intrusive reference). */
+typedef struct kiln_tensor kiln_tensor;
+/* A batch: named tensors on the CPU, created by kiln_host.batch_new. */
+typedef struct kiln_batch kiln_batch;
+/* A plugin instance; its layout is private to the plugin. */
+typedef struct kiln_instance kiln_instance;
+/* Streams for plugin state, supplied by the host during state_save/state_load. */
+typedef struct kiln_state_writer kiln_state_writer;
+typedef struct kiln_state_reader kiln_state_reader;
+/* DLPack's managed tensor (dlpack/dlpack.h, v0.6 or later); declared here so
+ * that this header needs no other header. */
+struct DLManagedTensor;
+
+/* ------------------------------------------------------------------------ */
+/* Enumerations (fixed-width integers on the wire; values never change)      */
+/* ------------------------------------------------------------------------ */
+
+typedef int32_t kiln_plugin_kind;
+#define KILN_KIND_MODEL 1
+#define KILN_KIND_DATA_MODULE 2
+#define KILN_KIND_CALLBACK 3
+
+/* What the run is doing; passed to setup and teardown. */
+typedef int32_t kiln_stage;
+#define KILN_STAGE_FIT 1
+#define KILN_STAGE_VALIDATE 2
+#define KILN_STAGE_TEST 3
+#define KILN_STAGE_PREDICT 4
+
+/* Which part of the data a call concerns. */
+typedef int32_t kiln_split;
+#define KILN_SPLIT_TRAIN 1
+#define KILN_SPLIT_VAL 2
+#define KILN_SPLIT_TEST 3
+#define KILN_SPLIT_PREDICT 4
+
+typedef int32_t kiln_log_level;
+#define KILN_LOG_DEBUG 1
+#define KILN_LOG_INFO 2
+#define KILN_LOG_WARN 3
+#define KILN_LOG_ERROR 4
+
+/* Why the run is failing; passed to on_exception. */
+typedef int32_t kiln_failure_reason;
+#define KILN_FAILURE_PLUGIN_ERROR 1 /* a plugin hook returned an error */
+#define KILN_FAILURE_HOST_ERROR 2   /* the host itself failed (I/O, a collective, ...) */
+#define KILN_FAILURE_INTERRUPTED 3  /* SIGINT or SIGTERM */
+#define KILN_FAILURE_PREEMPTED 4    /* a preemption signal; a checkpoint was committed */
+#define KILN_FAILURE_PEER_FAILED 5  /* another rank of the run failed */
+
+/* Flags of kiln_host.log_metric. */
+#define KILN_METRIC_REDUCE_MEAN 0u       /* weighted mean over the epoch (default) */
+#define KILN_METRIC_REDUCE_SUM 1u        /* sum over the epoch */
+#define KILN_METRIC_REDUCE_MAX 2u
+#define KILN_METRIC_REDUCE_MIN 3u
+#define KILN_METRIC_REDUCE_MASK 0xFu
+#define KILN_METRIC_PROGRESS_BAR (1u << 4) /* also show it on the progress line */
+#define KILN_METRIC_RANK_ZERO_ONLY (1u << 5) /* recorded on rank 0 only; never synced */
+
+/* Flags of kiln_descriptor.flags. */
+/* get_batch may run on several host threads at once. Without this flag the
+ * host calls get_batch from one prefetch thread at a time. */
+#define KILN_DATA_CONCURRENT_GET_BATCH (1ull << 0)
+
+/* Flags of the parameter visitor. */
+#define KILN_TENSOR_PARAMETER 1u /* trainable or not: given to the optimizer if it requires grad */
+#define KILN_TENSOR_BUFFER 2u    /* state that is not a parameter (e.g. running statistics) */
+
+/* ------------------------------------------------------------------------ */
+/* Host services                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Information about the failure that ends a run; borrowed by on_exception. */
+typedef struct kiln_exception_info {
+  size_t struct_size;
+  kiln_failure_reason reason;
+  const char* message;   /* the first error's message, never NULL */
+  const char* plugin_id; /* the plugin that failed first, or NULL if not a plugin */
+  const char* hook;      /* the hook that failed first ("setup", ...), or NULL */
+  int32_t rank;          /* the rank where the first error happened */
+} kiln_exception_info;
+
+/* Where the run is; borrowed by callback hooks. */
+typedef struct kiln_progress {
+  size_t struct_size;
+  kiln_stage stage;
+  int64_t epoch;       /* 0-based */
+  int64_t global_step; /* optimizer steps taken so far */
+  int64_t batch_index; /* index of the batch within the epoch, or -1 */
+  int64_t max_epochs;  /* -1 when unbounded */
+  int64_t max_steps;   /* -1 when unbounded */
+} kiln_progress;
+
+/* The table of services the host gives every plugin at create time. It stays
+ * valid, unchanged, until that plugin's destroy returns. Unless stated,
+ * functions may be called from any thread the host calls the plugin on. */
+typedef struct kiln_host {
+  size_t struct_size;
+  uint32_t abi_major;
+  uint32_t abi_minor;
+  const char* kiln_version; /* e.g. "0.1.0" */
+  void* host_data;          /* private to the host: pass `host` back unchanged */
+
+  /* --- errors ----------------------------------------------------------- */
+  /* Creates an error to return from a hook. `message` is copied; one line,
+   * saying what went wrong and, where possible, what to do. Any thread. */
+  kiln_error* (*error_new)(const struct kiln_host* host, const char* message);
+
+  /* --- logging ---------------------------------------------------------- */
+  /* Writes one line to the run's log, prefixed with the plugin id. Any thread. */
+  void (*log)(const struct kiln_host* host, kiln_log_level level, const char* message);
+
+  /* --- metrics ---------------------------------------------------------- */
+  /* Records one value of a metric. The host reduces all values of an epoch
+   * (KILN_METRIC_REDUCE_*), across ranks too, at fixed points where every rank
+   * takes part; a plugin never syncs. `weight` weighs the value in a mean
+   * (use the number of samples it covers; 1 if unsure). Main thread only. */
+  void (*log_metric)(const struct kiln_host* host, const char* name, double value, double weight,
+                     uint32_t flags);
+  /* Reads the latest reduced value of a metric (e.g. "val/loss" after a
+   * validation epoch). Returns 1 and writes *out if the metric exists, else 0.
+   * Main thread only. */
+  int (*metric_get)(const struct kiln_host* host, const char* name, double* out);
+
+  /* --- run -------------------------------------------------------------- */
+  int32_t (*rank)(const struct kiln_host* host);
+  int32_t (*world_size)(const struct kiln_host* host);
+  /* Asks the run to stop after the current step. All ranks agree on the stop
+   * before acting on it. `reason` is copied and logged. Main thread only. */
+  void (*request_stop)(const struct kiln_host* host, const char* reason);
+
+  /* --- tensors ---------------------------------------------------------- */
+  /* Wraps a DLPack tensor without copying. Takes ownership of `managed`, even
+   * on failure: its deleter runs when the last reference to the returned
+   * handle is released (possibly on another thread), or before this returns
+   * NULL with *error set (e.g. an unsupported dtype). Never call the deleter
+   * yourself after passing it here. Any thread. */
+  kiln_tensor* (*tensor_from_dlpack)(const struct kiln_host* host, struct DLManagedTensor* managed,
+                                     kiln_error** error);
+  /* Exports a tensor as DLPack (zero-copy; the tensor must not require grad).
+   * The caller owns the result and must call its deleter. NULL with *error set
+   * on failure. Any thread. */
+  struct DLManagedTensor* (*tensor_to_dlpack)(const struct kiln_host* host,
+                                               const kiln_tensor* tensor, kiln_error** error);
+  /* Adds a reference; returns `tensor`. Any thread. */
+  kiln_tensor* (*tensor_retain)(const struct kiln_host* host, kiln_tensor* tensor);
+  /* Drops a reference. NULL is ignored. Any thread. */
+  void (*tensor_release)(const struct kiln_host* host, kiln_tensor* tensor);
+
+  /* --- batches ---------------------------------------------------------- */
+  /* Creates an empty batch, owned by the caller until returned from get_batch
+   * (or released with batch_release). NULL only when memory is exhausted.
+   * Any thread. */
+  kiln_batch* (*batch_new)(const struct kiln_host* host);
+  /* Stores `tensor` under `name` (copied), taking ownership of the handle even
+   * on failure. A name may appear once. Any thread. */
+  kiln_error* (*batch_put)(const struct kiln_host* host, kiln_batch* batch, const char* name,
+                           kiln_tensor* tensor);
+  /* Returns the tensor under `name`, borrowed for as long as the batch lives,
+   * or NULL if there is none. Any thread. */
+  kiln_tensor* (*batch_get)(const struct kiln_host* host, const kiln_batch* batch,
+                            const char* name);
+  /* Number of tensors, and the name at position `index` (borrowed). */
+  size_t (*batch_count)(const struct kiln_host* host, const kiln_batch* batch);
+  const char* (*batch_name_at)(const struct kiln_host* host, const kiln_batch* batch,
+                               size_t index);
+  /* Frees a batch the caller owns (and the references it holds). */
+  void (*batch_release)(const struct kiln_host* host, kiln_batch* batch);
+
+  /* --- plugin state ----------------------------------------------------- */
+  /* Stores a named blob of bytes (copied) during state_save. */
+  kiln_error* (*state_write)(const struct kiln_host* host, kiln_state_writer* writer,
+                             const char* key, const void* data, size_t size);
+  /* Finds a blob saved under `key` during state_load. Returns 1 and sets
+   * *data / *size (borrowed until state_load returns) if found, else 0. */
+  int (*state_read)(const struct kiln_host* host, kiln_state_reader* reader, const char* key,
+                    const void** data, size_t* size);
+} kiln_host;
+
+/* ------------------------------------------------------------------------ */
+/* Plugin function tables                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The lifecycle every kind shares. Order for one run (see docs/hooks.md):
+ *   create -> setup(stage) -> ...kind hooks... -> teardown(stage, failed=0) -> destroy
+ * On any failure after create:
+ *   on_exception(info), exactly once, on every created plugin;
+ *   teardown(stage, failed=1), exactly once, on every plugin whose setup was
+ *   entered (including one whose setup failed);
+ *   destroy on every created plugin.
+ * A failure in on_exception or teardown is logged and does not stop the
+ * host from calling the others. */
+typedef struct kiln_lifecycle {
+  size_t struct_size;
+
+  /* Creates an instance. `config_toml` is the TOML text of the plugin's own
+   * manifest table (borrowed). `host` stays valid until destroy returns. On
+   * success writes *out and returns NULL. On failure returns an error and
+   * must not write *out; destroy is not called. Required. */
+  kiln_error* (*create)(const kiln_host* host, const char* config_toml, kiln_instance** out);
+
+  /* Acquires what the stage needs (load data, build layers, open files).
+   * NULL: nothing to do. */
+  kiln_error* (*setup)(kiln_instance* self, kiln_stage stage);
+
+  /* Releases what setup acquired. `failed` is 1 when the run is failing: a
+   * `finally`, called even when this plugin's own setup failed part-way.
+   * NULL: nothing to do. */
+  kiln_error* (*teardown)(kiln_instance* self, kiln_stage stage, int32_t failed);
+
+  /* Told once that the run is failing, before any teardown. `info` is
+   * borrowed. The returned error, if any, is logged and otherwise ignored.
+   * NULL: nothing to do. */
+  kiln_error* (*on_exception)(kiln_instance* self, const kiln_exception_info* info);
+
+  /* Saves the plugin's own state into a checkpoint (kiln_host.state_write).
+   * NULL: the plugin has no state. */
+  kiln_error* (*state_save)(kiln_instance* self, kiln_state_writer* writer);
+
+  /* Restores state saved by state_save, after setup. NULL: no state. */
+  kiln_error* (*state_load)(kiln_instance* self, kiln_state_reader* reader);
+
+  /* Frees the instance. Called exactly once for every successful create,
+   * last. Must not fail. Required. */
+  void (*destroy)(kiln_instance* self);
+} kiln_lifecycle;
+
+/* Called once per tensor by kiln_model_hooks.parameters. `name` is a dotted
+ * path ("fc1.weight"), borrowed; `tensor` is borrowed for the call (retain it
+ * to keep it). `flags` is KILN_TENSOR_PARAMETER or KILN_TENSOR_BUFFER. */
+typedef void (*kiln_tensor_visitor)(void* context, const char* name, kiln_tensor* tensor,
+                                    uint32_t flags);
+
+typedef struct kiln_model_hooks {
+  size_t struct_size;
+
+  /* Visits every parameter and buffer, in a fixed order, after setup. The
+   * host moves them to the run's device in place and builds the optimizer
+   * from the parameters that require grad. Required. */
+  kiln_error* (*parameters)(kiln_instance* self, void* context, kiln_tensor_visitor visit);
+
+  /* Computes the training loss of one batch (borrowed, already on the run's
+   * device). Writes an owned scalar handle to *loss; the host back-propagates
+   * through it. The model is in training mode. Required for fit. */
+  kiln_error* (*training_step)(kiln_instance* self, const kiln_batch* batch, int64_t batch_index,
+                               kiln_tensor** loss);
+
+  /* Evaluates one batch; records metrics with kiln_host.log_metric. Runs
+   * without autograd, in evaluation mode. NULL: validation is skipped. */
+  kiln_error* (*validation_step)(kiln_instance* self, const kiln_batch* batch,
+                                 int64_t batch_index);
+
+  /* As validation_step, for the test split. NULL: `kiln test` is refused. */
+  kiln_error* (*test_step)(kiln_instance* self, const kiln_batch* batch, int64_t batch_index);
+
+  /* Predicts one batch; writes an owned handle to *output (one row per
+   * sample). NULL: `kiln predict` is refused. */
+  kiln_error* (*predict_step)(kiln_instance* self, const kiln_batch* batch, int64_t batch_index,
+                              kiln_tensor** output);
+} kiln_model_hooks;
+
+typedef struct kiln_data_hooks {
+  size_t struct_size;
+
+  /* Downloads or unpacks data once per node (local rank 0), before setup on
+   * any rank; other ranks wait at a barrier. NULL: nothing to do. */
+  kiln_error* (*prepare_data)(kiln_instance* self);
+
+  /* Number of samples in `split`, after setup. 0 means the split is absent.
+   * Required. */
+  kiln_error* (*length)(kiln_instance* self, kiln_split split, int64_t* out);
+
+  /* Builds the batch of samples `indices[0..count)` (borrowed) of `split` into
+   * a batch created with kiln_host.batch_new, returned through *out (ownership
+   * passes to the host). Tensors are on the CPU; conventionally "input" and
+   * "target". The data module never sees a device, a rank or a generator: the
+   * host samples, shards, orders and places.
+   * Threads: runs on host prefetch threads, never on the main thread; one call
+   * at a time unless the descriptor sets KILN_DATA_CONCURRENT_GET_BATCH.
+   * It may overlap with the model's hooks on the main thread. Required. */
+  kiln_error* (*get_batch)(kiln_instance* self, kiln_split split, const int64_t* indices,
+                           size_t count, kiln_batch** out);
+} kiln_data_hooks;
+
+/* Every callback hook may be NULL. `progress` is borrowed. A callback reads
+ * metrics with kiln_host.metric_get and may ask to stop with
+ * kiln_host.request_stop. */
+typedef kiln_error* (*kiln_callback_hook)(kiln_instance* self, const kiln_progress* progress);
+
+typedef struct kiln_callback_hooks {
+  size_t struct_size;
+  kiln_callback_hook on_fit_start;
+  kiln_callback_hook on_fit_end;
+  kiln_callback_hook on_train_epoch_start;
+  kiln_callback_hook on_train_epoch_end; /* after the epoch's metrics are reduced */
+  kiln_callback_hook on_train_batch_end; /* after the optimizer step, if any */
+  kiln_callback_hook on_validation_start;
+  kiln_callback_hook on_validation_end; /* after validation metrics are reduced */
+  kiln_callback_hook on_test_end;
+} kiln_callback_hooks;
+
+/* ------------------------------------------------------------------------ */
+/* Descriptors and the entry point                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct kiln_descriptor {
+  size_t struct_size;
+  const char* id;          /* unique, reverse-DNS style: "org.example.mlp" */
+  const char* name;        /* for people */
+  const char* version;     /* the plugin's own version */
+  const char* description; /* one line, may be NULL */
+  kiln_plugin_kind kind;
+  /* "MAJOR.MINOR[.PATCH]" of the LibTorch the plugin was compiled against, or
+   * NULL for a plugin that links no LibTorch. The host refuses a plugin built
+   * against another LibTorch major.minor than its own. */
+  const char* torch_version;
+  uint64_t flags; /* KILN_DATA_* for data modules; 0 otherwise */
+  const kiln_lifecycle* lifecycle;
+  /* Points to the table for `kind`: kiln_model_hooks, kiln_data_hooks or
+   * kiln_callback_hooks. Each begins with struct_size. */
+  const void* hooks;
+} kiln_descriptor;
+
+typedef struct kiln_entry {
+  size_t struct_size;
+  uint32_t abi_major; /* KILN_ABI_VERSION_MAJOR the plugin was built with */
+  uint32_t abi_minor;
+  size_t descriptor_count;
+  const kiln_descriptor* const* descriptors;
+} kiln_entry;
+
+/* The exported entry point. Returns a static table that stays valid while the
+ * library is loaded; may be called several times, from the main thread, and
+ * must not allocate resources or touch the host. */
+typedef const kiln_entry* (*kiln_entry_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_ABI_H */
