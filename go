@@ -3,6 +3,9 @@
 #   ./go example   install what is missing, build, train the Fashion-MNIST MLP
 #   ./go test      install what is missing, build, run the whole test suite
 #   ./go build     install what is missing and build only
+#   ./go test --sanitize   the same suite (unit + integration) built with ASan+UBSan, in build-asan/
+#   ./go test --tsan       the concurrency tests built with ThreadSanitizer, in build-tsan/
+#   ./go fuzz [SECONDS]    the libFuzzer targets, SECONDS each (default 30), in build-fuzz/
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,9 +32,25 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# ccache, when present, makes the variants' builds share compiled units.
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+
 build() {
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@" >/dev/null
   cmake --build "$BUILD_DIR" -j2
+}
+
+# Sanitizer runs: a finding in any process (kiln, a worker, a test) fails
+# the test that started it. LibTorch and OpenMP are not instrumented; leak
+# checking is off because LibTorch's process-lifetime registries would drown
+# kiln's own leaks (ASan still reports use-after-free, overflows, UB).
+export_sanitizer_options() {
+  export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
+  # Timing bounds in tests are against hangs; instrumented code is slower.
+  export KILN_TEST_TIMEOUT_SCALE=3
 }
 
 case "${1:-}" in
@@ -42,15 +61,42 @@ case "${1:-}" in
     ;;
   test)
     install_missing
-    build
-    ctest --test-dir "$BUILD_DIR" --output-on-failure -j2
+    case "${2:-}" in
+      --sanitize)
+        BUILD_DIR=${KILN_BUILD_DIR:-build-asan}
+        build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=address,undefined -DKILN_BUILD_BENCH=OFF
+        export_sanitizer_options
+        ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 -R '^(unit|integration)\.'
+        ;;
+      --tsan)
+        BUILD_DIR=${KILN_BUILD_DIR:-build-tsan}
+        cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=thread \
+          -DKILN_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+        cmake --build "$BUILD_DIR" -j2 --target kiln_unit_tests
+        export_sanitizer_options
+        ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 \
+          -R '^unit\.(Supervisor|Heartbeat|SignalWatcher|PrefetcherTest)\.'
+        ;;
+      "")
+        build
+        ctest --test-dir "$BUILD_DIR" --output-on-failure -j2
+        ;;
+      *)
+        echo "usage: ./go test [--sanitize | --tsan]" >&2
+        exit 2
+        ;;
+    esac
+    ;;
+  fuzz)
+    install_missing
+    tests/fuzz/run.sh "${2:-30}"
     ;;
   build)
     install_missing
     build
     ;;
   *)
-    echo "usage: ./go example | test | build" >&2
+    echo "usage: ./go example | test [--sanitize | --tsan] | build | fuzz [SECONDS]" >&2
     exit 2
     ;;
 esac

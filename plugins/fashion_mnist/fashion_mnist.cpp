@@ -112,7 +112,8 @@ class FashionMnist final : public kiln::DataModule {
       if (data.labels.numel() > 0 && data.labels.max().item<int64_t>() >= kClasses)
         throw kiln_fashion_mnist::IdxError("'" + labels_path + "' has labels outside 0..9");
     } catch (const kiln_fashion_mnist::IdxError& e) {
-      throw std::runtime_error(std::string(e.what()) +
+      // The files the user pointed `root` at are unusable: bad input, exit 2.
+      throw kiln::InvalidInput(std::string(e.what()) +
                                "; install the Debian package dataset-fashion-mnist or set 'root' "
                                "in the [data] table to a directory with the four .gz files");
     }

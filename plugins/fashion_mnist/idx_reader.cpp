@@ -14,6 +14,7 @@ namespace {
 
 // A corrupt header could claim any size; no IDX file we read comes close.
 constexpr int64_t kMaxBytes = int64_t{1} << 31;
+constexpr int64_t kReadChunk = int64_t{16} << 20;
 
 struct GzClose {
   void operator()(gzFile_s* file) const { gzclose(file); }
@@ -79,9 +80,19 @@ at::Tensor read_idx(const std::string& path, uint32_t expected_magic) {
     if (total > kMaxBytes) fail(path, "has an implausible IDX header (more than 2 GiB of data)");
   }
 
+  // The header's size is a claim: memory grows with the data actually read
+  // (in chunks), so a corrupt or hostile header cannot make a small file
+  // allocate gigabytes.
+  std::vector<uint8_t> bytes;
+  for (int64_t have = 0; have < total;) {
+    const int64_t chunk = std::min<int64_t>(total - have, kReadChunk);
+    bytes.resize(static_cast<size_t>(have + chunk));
+    if (!read_exactly(file.get(), path, bytes.data() + have, chunk))
+      fail(path, "is truncated: its IDX header promises " + std::to_string(total) + " bytes of data");
+    have += chunk;
+  }
   at::Tensor data = at::empty(shape, at::kByte);
-  if (!read_exactly(file.get(), path, data.data_ptr<uint8_t>(), total))
-    fail(path, "is truncated: its IDX header promises " + std::to_string(total) + " bytes of data");
+  if (total > 0) std::memcpy(data.data_ptr<uint8_t>(), bytes.data(), static_cast<size_t>(total));
   unsigned char extra = 0;
   if (read_exactly(file.get(), path, &extra, 1))
     fail(path, "is longer than its IDX header says; the file is corrupt");

@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
         ->allow_extra_args(false);
     sub->add_option("--processes,-n", processes,
                     "start this many worker processes on this machine (overrides distributed.processes)")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(1, 4096));
     if (s.command == kiln::Command::fit)
       sub->add_option("--resume", resume, "continue from a checkpoint: a file, `last` or `best`");
     else
@@ -247,8 +247,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : kiln::kExitBadInput;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // Bad command lines get kiln's one line too, naming what was wrong.
+    std::string what = kiln::one_line(e.what());
+    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty())
+      what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect)";
+    std::cerr << "kiln: error: " << what << " (see kiln --help)" << std::endl;
+    return kiln::kExitBadInput;
   }
   configure_logging(log_level);
 

@@ -54,6 +54,60 @@ std::string one_line(const std::string& s) {
 
 [[noreturn]] void fail(const std::string& message) { throw InputError(one_line(message)); }
 
+// Where `text` has a non-ASCII byte outside a string or a comment, as
+// "line:col"; empty when it has none. Valid TOML never does (bare keys are
+// ASCII), and toml++ 3.3 reaches __builtin_unreachable() while classifying
+// some such characters (is_non_ascii_horizontal_whitespace, e.g. U+0193;
+// found by tests/fuzz): text that would take that path never reaches it.
+std::string non_ascii_outside_strings(std::string_view text) {
+  enum class In { code, comment, basic, literal, multi_basic, multi_literal } in = In::code;
+  constexpr std::string_view kTripleQuote = "\"\"\"", kTripleApostrophe = "'''";
+  size_t line = 1, column = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    ++column;
+    auto starts = [&](std::string_view s) { return text.substr(i, s.size()) == s; };
+    switch (in) {
+      case In::code:
+        if (static_cast<unsigned char>(c) >= 0x80) return std::to_string(line) + ":" + std::to_string(column);
+        if (c == '#') {
+          in = In::comment;
+        } else if (starts(kTripleQuote)) {
+          in = In::multi_basic;
+          i += 2;
+        } else if (starts(kTripleApostrophe)) {
+          in = In::multi_literal;
+          i += 2;
+        } else if (c == '"') {
+          in = In::basic;
+        } else if (c == '\'') {
+          in = In::literal;
+        }
+        break;
+      case In::comment:
+        if (c == '\n') in = In::code;
+        break;
+      case In::basic:
+        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i;
+        else if (c == '"' || c == '\n') in = In::code;
+        break;
+      case In::literal:
+        if (c == '\'' || c == '\n') in = In::code;
+        break;
+      case In::multi_basic:
+        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i;
+        else if (starts(kTripleQuote)) in = In::code, i += 2;
+        break;
+      case In::multi_literal:
+        if (starts(kTripleApostrophe)) in = In::code, i += 2;
+        break;
+    }
+    if (text[i] == '\n') line += 1, column = 0;
+  }
+  return "";
+}
+
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -243,6 +297,7 @@ struct Field {
     } else if (const auto* s = node.as_string(); s && expected_type != toml::node_type::string) {
       // "3" where 3 was meant: say so.
       try {
+        if (!non_ascii_outside_strings("v = " + s->get()).empty()) throw toml::parse_error("", toml::source_position{});
         const toml::table probe = toml::parse(std::string_view("v = " + s->get()));
         const toml::node* v = probe.get("v");
         const bool fits = v && probe.size() == 1 &&
@@ -910,6 +965,7 @@ bool is_string_key(const KeyPath& path) {
 // The value of an override: TOML if it parses as one value, else the text.
 toml::table parse_override_value(const std::string& text) {
   try {
+    if (!non_ascii_outside_strings("v = " + text).empty()) throw toml::parse_error("", toml::source_position{});
     toml::table parsed = toml::parse(std::string_view("v = " + text));
     if (parsed.size() == 1 && parsed.contains("v")) return parsed;
   } catch (const toml::parse_error&) {
@@ -1080,6 +1136,9 @@ Manifest load_manifest(const fs::path& file, const std::vector<std::string>& ove
 
   const std::string text = read_manifest(file, ctx.file);
   toml::table root;
+  if (const std::string at = non_ascii_outside_strings(text); !at.empty())
+    fail(ctx.file + ":" + at + ": a non-ASCII character outside a string or comment (TOML keys are ASCII; "
+         "quote the key or the value)");
   try {
     root = toml::parse(std::string_view(text), std::string_view(ctx.file));
   } catch (const toml::parse_error& e) {

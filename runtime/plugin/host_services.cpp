@@ -96,10 +96,42 @@ void request_stop(const kiln_host* host, const char* reason) noexcept {
   }
 }
 
+// at::fromDLPack trusts the header. A plain-C producer's mistakes are
+// refused here, before LibTorch reads a field or touches an element.
+std::string dlpack_problem(const DLTensor& t) {
+  // Batches are host memory (abi.h); the host moves them to the run's device.
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
+    return "device type " + std::to_string(static_cast<int>(t.device.device_type)) +
+           " is not host memory (a data module hands over CPU tensors; the host places them)";
+  if (t.ndim < 0 || t.ndim > 64) return "ndim " + std::to_string(t.ndim) + " is out of range (0 to 64)";
+  if (t.ndim > 0 && t.shape == nullptr) return "shape is NULL for a tensor of " + std::to_string(t.ndim) + " dimensions";
+  if (t.dtype.lanes != 1) return "vector dtypes (lanes " + std::to_string(t.dtype.lanes) + ") are not supported";
+  int64_t numel = 1, last = 0;
+  for (int i = 0; i < t.ndim; ++i) {
+    const int64_t n = t.shape[i];
+    if (n < 0) return "dimension " + std::to_string(i) + " has negative size " + std::to_string(n);
+    if (__builtin_mul_overflow(numel, n, &numel)) return "the shape's element count overflows";
+    if (t.strides != nullptr) {
+      const int64_t stride = t.strides[i];
+      if (stride < 0) return "negative strides are not supported (dimension " + std::to_string(i) + ")";
+      int64_t reach = 0;
+      if (n > 0 && (__builtin_mul_overflow(n - 1, stride, &reach) || __builtin_add_overflow(last, reach, &last)))
+        return "the strides reach past any addressable memory";
+    }
+  }
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>((t.dtype.bits + 7) / 8), &bytes))
+    return "the tensor's size in bytes overflows";
+  if (numel > 0 && t.data == nullptr) return "data is NULL for a tensor of " + std::to_string(numel) + " elements";
+  return "";
+}
+
 kiln_tensor* tensor_from_dlpack(const kiln_host*, DLManagedTensor* managed, kiln_error** error) noexcept {
   std::string failure;
   try {
     if (managed == nullptr) throw std::invalid_argument("NULL tensor");
+    if (std::string problem = dlpack_problem(managed->dl_tensor); !problem.empty())
+      throw std::invalid_argument(problem);
     // fromDLPack takes ownership: the producer's deleter runs when the
     // tensor's storage is freed.
     return release_tensor(at::fromDLPack(managed));

@@ -219,15 +219,14 @@ class Run final : public RunServices {
 
   void body() {
     phase(command_name(command_));
-    // Only now, with every plugin created and set up: a plugin that refuses
-    // its config (exit 2) leaves nothing on disk.
-    std::filesystem::create_directories(m_.run.dir);
-    prepare_checkpoint_dir();
     collect_parameters();
     // validate / test / predict evaluate a checkpoint's weights when given
     // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().
     if (resume_ && command_ != Command::fit) resume_from(*resume_, nullptr);
-    if (command_ != Command::fit) agree_on_start();
+    if (command_ != Command::fit) {
+      agree_on_start();
+      open_run_dir();
+    }
     switch (command_) {
       case Command::fit: fit(); break;
       case Command::validate: evaluate(KILN_SPLIT_VAL, &kiln_model_hooks::validation_step, true); break;
@@ -463,6 +462,14 @@ class Run final : public RunServices {
     }
   }
 
+  // Only now — every plugin created and set up, any checkpoint restored, the
+  // ranks agreed — is anything written: a refused config, a checkpoint of
+  // another model or a disagreement (exit 2 or 1) leaves the disk as it was.
+  void open_run_dir() {
+    std::filesystem::create_directories(m_.run.dir);
+    prepare_checkpoint_dir();
+  }
+
   // Every rank runs the same manifest, plugin builds, model shapes, resume
   // point and split lengths, or the run ends on every rank with the
   // difference and the ranks named. Called after any resume, so the weights
@@ -640,6 +647,7 @@ class Run final : public RunServices {
       global_step_ = start.global_step;
     }
     agree_on_start();
+    open_run_dir();
     if (group_) grad_sync_ = std::make_unique<GradSync>(*group_, trainable_, trainable_names_);
     schedule.apply(*optimizer, per_step ? global_step_ : start.epoch);
 

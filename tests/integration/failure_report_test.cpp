@@ -325,7 +325,7 @@ TEST_P(AbsentPeer, LoneRankGivesUpWithinTimeoutWithOneLine) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   // The process's whole life: start-up, plugin loading, then the rendezvous
   // bound. Twice the bound is what c10d's waits in a row gave.
-  EXPECT_LT(r.seconds, timeout_s + 5) << r.output;
+  EXPECT_LT(r.seconds, timeout_s + 5 * timeout_scale()) << r.output;
   const std::string line = final_error(r.output);
   EXPECT_NE(line.find("rendezvous"), std::string::npos) << r.output;
   if (rank == 0) EXPECT_NE(line.find("rank(s) 1 did not arrive within 8 s"), std::string::npos) << r.output;
@@ -390,7 +390,7 @@ TEST(StartupAgreement, ResumeGivenToOneRankOnlyEndsEveryRankNamingTheResumePoint
     EXPECT_NE(final_error(r->output).find("ranks 0 and 1 differ in their resume point"), std::string::npos)
         << r->output;
   }
-  EXPECT_LT(seconds, 20) << "ended within seconds, not on a collective's timeout";
+  EXPECT_LT(seconds, 20 * timeout_scale()) << "ended within seconds, not on a collective's timeout";
   EXPECT_EQ(read_file(dir / "ckpt" / "last.ckpt"), before) << "no checkpoint committed by the mismatched run";
 }
 
@@ -401,7 +401,7 @@ TEST(StartupAgreement, DifferentSplitLengthOnOneRankEndsEveryRankNamingIt) {
                 {.timeout = kTimeout});
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_LT(r.seconds, 20) << r.output;
+  EXPECT_LT(r.seconds, 20 * timeout_scale()) << r.output;
   const std::string line = final_error(r.output);
   EXPECT_NE(line.find("ranks 0 and 1 differ in their data split lengths: rank 0 has 'train split length 16', "
                       "rank 1 has 'train split length 20'"),

@@ -1,5 +1,7 @@
 #include "support/run_process.hpp"
 
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -41,7 +43,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOpt
   pollfd pfd{pipe_fds[0], POLLIN, 0};
   for (;;) {
     const auto elapsed = std::chrono::steady_clock::now() - start;
-    if (elapsed > options.timeout) {
+    if (elapsed > options.timeout * timeout_scale()) {
       result.timed_out = true;
       kill(-pid, SIGKILL);
       break;
@@ -102,6 +104,12 @@ ProcessResult kiln(const std::vector<std::string>& args, const ProcessOptions& o
   std::vector<std::string> argv{kiln_exe().string()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_process(argv, options);
+}
+
+double timeout_scale() {
+  const char* scale = std::getenv("KILN_TEST_TIMEOUT_SCALE");
+  const double value = scale ? std::atof(scale) : 1.0;
+  return value >= 1.0 ? value : 1.0;
 }
 
 }  // namespace kiln::test

@@ -27,6 +27,12 @@ struct ProcessOptions {
 
 ProcessResult run_process(const std::vector<std::string>& argv, const ProcessOptions& options = {});
 
+// How much slower than a plain build this one runs: KILN_TEST_TIMEOUT_SCALE
+// (./go test --sanitize sets 3), else 1. Bounds against hangs and the slack
+// of "within timeout_s" checks are multiplied by it; the asserted timeouts
+// themselves are kiln's and do not change.
+double timeout_scale();
+
 // A fresh directory under the system temp dir, removed on destruction.
 class TempDir {
  public:

@@ -20,9 +20,18 @@
 
 namespace kiln {
 
-class ConfigError : public std::runtime_error {
+// The user's input is wrong — a config value, a data file it names — and the
+// run never started: the SDK reports it as KILN_ERROR_INVALID_ARGUMENT, so
+// the host exits 2 ("bad input") when it comes from create or setup.
+class InvalidInput : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A plugin's own config table is wrong (an unknown key, a wrong type).
+class ConfigError : public InvalidInput {
+ public:
+  using InvalidInput::InvalidInput;
 };
 
 class Config {

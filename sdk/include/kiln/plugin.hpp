@@ -247,9 +247,9 @@ inline kiln_error* new_error(const kiln_host* host, kiln_error_code code, const 
   return host->error_new(host, message);
 }
 
-// Runs `body`, turning any exception into a host-allocated error. A
-// ConfigError (the plugin's config is wrong) is the user's input:
-// KILN_ERROR_INVALID_ARGUMENT, so the host exits 2.
+// Runs `body`, turning any exception into a host-allocated error. An
+// InvalidInput (ConfigError: the plugin's config is wrong; a data file the
+// config names is unusable) is KILN_ERROR_INVALID_ARGUMENT: the host exits 2.
 template <class F>
 kiln_error* guarded(const kiln_host* host, F&& body) noexcept {
   try {
@@ -257,7 +257,7 @@ kiln_error* guarded(const kiln_host* host, F&& body) noexcept {
     return nullptr;
   } catch (const HostError& e) {
     return e.error;
-  } catch (const ConfigError& e) {
+  } catch (const InvalidInput& e) {
     return new_error(host, KILN_ERROR_INVALID_ARGUMENT, e.what());
   } catch (const c10::Error& e) {
     return new_error(host, KILN_ERROR_INTERNAL, e.what_without_backtrace());

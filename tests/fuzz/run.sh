@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang into build-fuzz/ and runs each for
+# SECONDS (default 30) on a copy of its seed corpus. Exits non-zero on any
+# finding (the crashing input is kept in build-fuzz/findings/). Idempotent.
+#   tests/fuzz/run.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECONDS_EACH=${1:-30}
+BUILD=build-fuzz
+
+missing=()
+for p in clang libclang-rt-14-dev libtorch-dev libdlpack-dev libxxhash-dev zlib1g-dev libspdlog-dev libtomlplusplus-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S tests/fuzz -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_COMPILER=clang "${launcher[@]}" >/dev/null
+cmake --build "$BUILD" -j2
+
+mkdir -p "$BUILD/findings"
+status=0
+# malloc_limit_mb: no input is over 64 KiB, so no reader has a reason to
+# allocate 256 MiB (LibTorch's own start-up stays far below it).
+for target in manifest checkpoint idx dlpack; do
+  corpus="$BUILD/corpus/$target"
+  mkdir -p "$corpus"
+  cp -n tests/fuzz/corpus/$target/* "$corpus/" 2>/dev/null || true
+  log="$BUILD/$target.log"
+  if ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=0 "$BUILD/${target}_fuzz" "$corpus" \
+      -max_total_time="$SECONDS_EACH" -max_len=65536 -malloc_limit_mb=256 -rss_limit_mb=4096 \
+      -timeout=20 -artifact_prefix="$BUILD/findings/$target-" -print_final_stats=1 >"$log" 2>&1; then
+    echo "fuzz $target: ok, $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs in ${SECONDS_EACH} s, $(ls "$corpus" | wc -l) corpus entries, $(grep -o 'cov: [0-9]*' "$log" | tail -1)"
+  else
+    echo "fuzz $target: FINDING (see $log and $BUILD/findings/)" >&2
+    tail -40 "$log" >&2
+    status=1
+  fi
+done
+exit $status

@@ -1,0 +1,284 @@
+// The bad-input catalogue: malformed manifests, --set values, command
+// lines, checkpoints, plugin files and data files. Each is given to the real
+// `kiln` and must give exactly one line that names the input, exit 2, no C++
+// backtrace, and leave every file under the case's directory as it was
+// (nothing created, nothing changed).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "common.hpp"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(120);
+const std::filesystem::path kFashionMnist = "/usr/share/datasets/fashion-mnist";
+
+// Every file and directory under `root`: its kind, size, mtime and content hash.
+std::map<std::string, std::string> snapshot(const std::filesystem::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    struct stat st {};
+    ::lstat(entry.path().c_str(), &st);
+    std::string facts = std::to_string(st.st_mode) + " " + std::to_string(st.st_size) + " " +
+                        std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    if (entry.is_regular_file()) {
+      const std::string bytes = read_file(entry.path());
+      facts += " " + std::to_string(XXH64(bytes.data(), bytes.size(), 0));
+    }
+    out[std::filesystem::relative(entry.path(), root).string()] = facts;
+  }
+  return out;
+}
+
+std::string bytes_of(const std::filesystem::path& file) { return read_file(file); }
+void put_bytes(const std::filesystem::path& file, const std::string& bytes) {
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+uint64_t get_u64(const std::string& b, size_t at) {
+  uint64_t v = 0;
+  std::memcpy(&v, b.data() + at, 8);
+  return v;
+}
+void set_u64(std::string& b, size_t at, uint64_t v) { std::memcpy(&b[at], &v, 8); }
+
+// The checkpoint layout (ckpt/checkpoint_file.hpp): 12-byte header, then
+// sections "u32 name length, name, u64 data length, data". Offset of the
+// first section's u64 data length.
+size_t first_section_length_at(const std::string& b) {
+  uint32_t name_length = 0;
+  std::memcpy(&name_length, b.data() + 12, 4);
+  return 12 + 4 + name_length;
+}
+
+// Re-seals a checkpoint whose bytes were edited: the XXH64 before its last
+// 16 bytes ("u64 checksum, KILNEND\0"), so only the edit is wrong.
+void reseal(std::string& b) {
+  const size_t at = b.size() - 16;
+  set_u64(b, at, XXH64(b.data(), at, 0));
+}
+
+// One case's directory: a valid manifest (run.toml) on the synthetic data
+// with checkpoints in ckpt/, a checkpoint of this model in ckpt/good.ckpt,
+// and what the earlier run left in run/.
+struct Case {
+  TempDir dir{"kiln-bad-input"};
+  std::filesystem::path manifest, good;
+  std::vector<std::string> args;  // the kiln command line
+  std::string names;              // what the error line must name
+};
+
+std::string g_checkpoint;  // a real checkpoint of the synthetic MLP, made once
+std::string g_other_model_checkpoint;
+
+std::string manifest_text(const TempDir& dir, const std::string& extra = "") {
+  return "[run]\nname = \"bad-input\"\ndir = \"" + (dir / "run").string() +
+         "\"\nseed = 3\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 32\nhidden = [16]\nclasses = 4\n\n"
+         "[data]\npath = \"kiln_synthetic\"\nfeatures = 32\nclasses = 4\n\n[trainer]\nmax_epochs = 1\nbatch_size = 32\n"
+         "progress = \"none\"\n\n[optimizer]\nname = \"adam\"\nlr = 0.01\n\n[checkpoint]\ndir = \"" +
+         (dir / "ckpt").string() + "\"\n" + extra;
+}
+
+void prepare(Case& c) {
+  c.manifest = c.dir / "run.toml";
+  write_file(c.manifest, manifest_text(c.dir));
+  std::filesystem::create_directories(c.dir / "ckpt");
+  std::filesystem::create_directories(c.dir / "run");
+  write_file(c.dir / "run" / "metrics.csv", "epoch,step,train/loss\n0,10,0.5\n");
+  c.good = c.dir / "ckpt" / "good.ckpt";
+  put_bytes(c.good, g_checkpoint);
+}
+
+struct BadInput {
+  const char* name;
+  std::function<void(Case&)> make;  // damages the case and sets args and names
+};
+
+std::vector<std::string> fit(const Case& c, std::vector<std::string> more = {}) {
+  std::vector<std::string> args{"fit", c.manifest.string()};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+void rewrite_manifest(Case& c, const std::string& from, const std::string& to) {
+  std::string text = read_file(c.manifest);
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  write_file(c.manifest, text);
+}
+
+// A damaged copy of good.ckpt given to --resume.
+void resume_damaged(Case& c, const std::function<void(std::string&)>& damage) {
+  std::string bytes = g_checkpoint;
+  damage(bytes);
+  put_bytes(c.dir / "ckpt" / "damaged.ckpt", bytes);
+  c.args = fit(c, {"--resume", (c.dir / "ckpt" / "damaged.ckpt").string()});
+  c.names = "damaged.ckpt";
+}
+
+// A copy of the Fashion-MNIST files with one of them damaged.
+void fashion_mnist_damaged(Case& c, const std::string& file, const std::function<void(std::string&)>& damage) {
+  const auto root = c.dir / "fmnist";
+  std::filesystem::create_directories(root);
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz"})
+    std::filesystem::copy_file(kFashionMnist / f, root / f);
+  std::string bytes = bytes_of(root / file);
+  damage(bytes);
+  put_bytes(root / file, bytes);
+  rewrite_manifest(c, "[data]\npath = \"kiln_synthetic\"\nfeatures = 32\nclasses = 4\n",
+                   "[data]\npath = \"kiln_fashion_mnist\"\nroot = \"" + root.string() + "\"\n");
+  rewrite_manifest(c, "in_features = 32", "in_features = 784");
+  rewrite_manifest(c, "classes = 4\n\n[data]", "classes = 10\n\n[data]");
+  c.args = fit(c);
+  c.names = file;
+}
+
+std::vector<BadInput> catalogue() {
+  return {
+      // --- manifests ----------------------------------------------------------
+      {"manifest_toml_syntax_error", [](Case& c) { write_file(c.manifest, "[run\nname = \"x\"\n"); c.args = fit(c); c.names = "run.toml:1"; }},
+      {"manifest_unknown_host_key", [](Case& c) { rewrite_manifest(c, "max_epochs = 1", "max_epoch = 1"); c.args = fit(c); c.names = "max_epoch"; }},
+      {"manifest_wrong_type", [](Case& c) { rewrite_manifest(c, "max_epochs = 1", "max_epochs = \"three\""); c.args = fit(c); c.names = "max_epochs"; }},
+      {"manifest_out_of_range", [](Case& c) { rewrite_manifest(c, "batch_size = 32", "batch_size = 0"); c.args = fit(c); c.names = "batch_size"; }},
+      {"manifest_unknown_plugin", [](Case& c) { rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"kiln_nope\""); c.args = fit(c); c.names = "kiln_nope"; }},
+      {"manifest_missing_model_table", [](Case& c) { rewrite_manifest(c, "[model]\npath = \"kiln_mlp\"\nin_features = 32\nhidden = [16]\nclasses = 4\n", ""); c.args = fit(c); c.names = "[model]"; }},
+      {"manifest_duplicate_plugin_id", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[[callbacks]]\npath = \"kiln_early_stopping\"\n[[callbacks]]\npath = \"kiln_early_stopping\"\n"); c.args = fit(c); c.names = "kiln.early_stopping"; }},
+      {"manifest_unknown_plugin_key", [](Case& c) { rewrite_manifest(c, "hidden = [16]", "hiden = [16]"); c.args = fit(c); c.names = "hiden"; }},
+      {"manifest_unknown_optimizer", [](Case& c) { rewrite_manifest(c, "name = \"adam\"", "name = \"adamw2\""); c.args = fit(c); c.names = "adamw2"; }},
+      {"manifest_unknown_scheduler", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[scheduler]\nname = \"cosinus\"\n"); c.args = fit(c); c.names = "cosinus"; }},
+      {"manifest_empty_file", [](Case& c) { write_file(c.manifest, ""); c.args = fit(c); c.names = "run.toml"; }},
+      {"manifest_plugin_key_wrong_type", [](Case& c) { rewrite_manifest(c, "hidden = [16]", "hidden = \"sixteen\""); c.args = fit(c); c.names = "hidden"; }},
+      // --- --set ----------------------------------------------------------------
+      {"set_without_equals", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_epochs"}); c.names = "trainer.max_epochs"; }},
+      {"set_unknown_key", [](Case& c) { c.args = fit(c, {"--set", "trainer.nope=1"}); c.names = "nope"; }},
+      {"set_wrong_type", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_epochs=abc"}); c.names = "max_epochs"; }},
+      {"set_bad_array_index", [](Case& c) { c.args = fit(c, {"--set", "callbacks[x].patience=1"}); c.names = "callbacks[x]"; }},
+      {"set_unparsable_number", [](Case& c) { c.args = fit(c, {"--set", "optimizer.lr=1e"}); c.names = "lr"; }},
+      // --- command lines --------------------------------------------------------
+      {"cli_unknown_flag", [](Case& c) { c.args = fit(c, {"--frobnicate"}); c.names = "--frobnicate"; }},
+      {"cli_zero_processes", [](Case& c) { c.args = fit(c, {"-n", "0"}); c.names = "--processes"; }},
+      {"cli_missing_manifest", [](Case& c) { c.args = {"fit", (c.dir / "nope.toml").string()}; c.names = "nope.toml"; }},
+      {"cli_unknown_command", [](Case& c) { c.args = {"frobnicate", c.manifest.string()}; c.names = "frobnicate"; }},
+      {"cli_resume_missing_file", [](Case& c) { c.args = fit(c, {"--resume", (c.dir / "ckpt" / "nope.ckpt").string()}); c.names = "nope.ckpt"; }},
+      {"cli_resume_best_without_monitor_checkpoints", [](Case& c) { std::filesystem::remove(c.good); c.args = fit(c, {"--resume", "best"}); c.names = "best"; }},
+      // --- checkpoints ----------------------------------------------------------
+      {"ckpt_empty", [](Case& c) { resume_damaged(c, [](std::string& b) { b.clear(); }); }},
+      {"ckpt_truncated_in_header", [](Case& c) { resume_damaged(c, [](std::string& b) { b.resize(10); }); }},
+      {"ckpt_truncated_in_half", [](Case& c) { resume_damaged(c, [](std::string& b) { b.resize(b.size() / 2); }); }},
+      {"ckpt_truncated_before_trailer", [](Case& c) { resume_damaged(c, [](std::string& b) { b.resize(b.size() - 9); }); }},
+      {"ckpt_bit_flip_in_payload", [](Case& c) { resume_damaged(c, [](std::string& b) { b[b.size() / 2] ^= 0x10; }); }},
+      {"ckpt_bit_flip_in_magic", [](Case& c) { resume_damaged(c, [](std::string& b) { b[0] ^= 0x01; }); }},
+      {"ckpt_future_format_version", [](Case& c) { resume_damaged(c, [](std::string& b) { b[8] = 99; reseal(b); }); }},
+      {"ckpt_wrong_section_size", [](Case& c) {
+         resume_damaged(c, [](std::string& b) { const size_t at = first_section_length_at(b); set_u64(b, at, get_u64(b, at) + 3); reseal(b); });
+       }},
+      {"ckpt_huge_declared_length", [](Case& c) {
+         resume_damaged(c, [](std::string& b) { set_u64(b, first_section_length_at(b), uint64_t{1} << 62); reseal(b); });
+       }},
+      {"ckpt_of_another_model", [](Case& c) {
+         put_bytes(c.dir / "ckpt" / "other.ckpt", g_other_model_checkpoint);
+         c.args = fit(c, {"--resume", (c.dir / "ckpt" / "other.ckpt").string()});
+         c.names = "other.ckpt";
+       }},
+      {"inspect_truncated_checkpoint", [](Case& c) {
+         std::string b = g_checkpoint;
+         b.resize(b.size() - 30);
+         put_bytes(c.dir / "ckpt" / "cut.ckpt", b);
+         c.args = {"inspect", (c.dir / "ckpt" / "cut.ckpt").string()};
+         c.names = "cut.ckpt";
+       }},
+      {"inspect_bit_flipped_checkpoint", [](Case& c) {
+         std::string b = g_checkpoint;
+         b[40] ^= 0x80;
+         put_bytes(c.dir / "ckpt" / "flip.ckpt", b);
+         c.args = {"inspect", (c.dir / "ckpt" / "flip.ckpt").string()};
+         c.names = "flip.ckpt";
+       }},
+      // --- plugin files ----------------------------------------------------------
+      {"plugin_not_an_elf_file", [](Case& c) {
+         write_file(c.dir / "libtext.so", "this is not a shared object\n");
+         rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"" + (c.dir / "libtext.so").string() + "\"");
+         c.args = fit(c);
+         c.names = "libtext.so";
+       }},
+      {"plugin_empty_file", [](Case& c) {
+         write_file(c.dir / "libempty.so", "");
+         rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"" + (c.dir / "libempty.so").string() + "\"");
+         c.args = fit(c);
+         c.names = "libempty.so";
+       }},
+      {"plugin_of_the_wrong_kind", [](Case& c) { rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"kiln_synthetic\""); c.args = fit(c); c.names = "kiln_synthetic"; }},
+      // --- data files --------------------------------------------------------------
+      {"data_idx_bad_magic", [](Case& c) {
+         fashion_mnist_damaged(c, "train-labels-idx1-ubyte.gz",
+                               [](std::string& b) { b = std::string("\x00\x00\x08\x03\x00\x00\x00\x02\x01\x02", 10); });
+       }},
+      {"data_idx_truncated", [](Case& c) {
+         fashion_mnist_damaged(c, "t10k-labels-idx1-ubyte.gz",
+                               [](std::string& b) { b = std::string("\x00\x00\x08\x01\x00\x00\x27\x10\x01\x02", 10); });
+       }},
+      {"data_idx_not_gzip_nor_idx", [](Case& c) {
+         fashion_mnist_damaged(c, "train-images-idx3-ubyte.gz", [](std::string& b) { b = "hello"; });
+       }},
+  };
+}
+
+// ctest shows the case's name, not its bytes.
+void PrintTo(const BadInput& input, std::ostream* out) { *out << input.name; }
+
+class Catalogue : public testing::TestWithParam<BadInput> {
+ protected:
+  static void SetUpTestSuite() {
+    if (!g_checkpoint.empty()) return;
+    TempDir dir;
+    write_file(dir / "run.toml", manifest_text(dir));
+    ProcessResult r = kiln({"fit", (dir / "run.toml").string()}, {.timeout = kTimeout});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    g_checkpoint = read_file(dir / "ckpt" / "last.ckpt");
+    r = kiln({"fit", (dir / "run.toml").string(), "--set", "model.hidden=[8]", "--set",
+              "checkpoint.dir=" + (dir / "other").string()},
+             {.timeout = kTimeout});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    g_other_model_checkpoint = read_file(dir / "other" / "last.ckpt");
+  }
+};
+
+TEST_P(Catalogue, OneLineNamingTheInputExit2AndNothingWritten) {
+  ASSERT_FALSE(g_checkpoint.empty());
+  const BadInput& input = GetParam();
+  Case c;
+  prepare(c);
+  input.make(c);
+  ASSERT_FALSE(c.args.empty());
+  const auto before = snapshot(c.dir.path());
+  const ProcessResult r = kiln(c.args, {.timeout = kTimeout});
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  // Exactly one error line, naming the input.
+  std::istringstream lines(r.output);
+  std::vector<std::string> errors;
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos) errors.push_back(line);
+  ASSERT_EQ(errors.size(), 1u) << r.output;
+  EXPECT_EQ(errors[0].rfind("kiln: error: ", 0), 0u) << r.output;
+  EXPECT_NE(errors[0].find(c.names), std::string::npos) << "the line must name '" << c.names << "'\n" << r.output;
+  EXPECT_EQ(r.output.find("frame #"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Exception raised from"), std::string::npos) << r.output;
+  EXPECT_EQ(snapshot(c.dir.path()), before) << "a refused input must leave every file as it was\n" << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(BadInputs, Catalogue, testing::ValuesIn(catalogue()),
+                         [](const testing::TestParamInfo<BadInput>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace kiln::test

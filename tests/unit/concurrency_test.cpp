@@ -1,0 +1,296 @@
+// The host's concurrent parts, in-process, so that ThreadSanitizer can watch
+// them (./go test --tsan): the prefetcher (with a fake data module, no
+// dlopen), the signal watcher, the heartbeat and the supervisor (whose
+// workers are this test binary, re-executed in a worker mode).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "dist/heartbeat.hpp"
+#include "dist/supervisor.hpp"
+#include "kiln/tensor.hpp"
+#include "plugin/host_objects.hpp"
+#include "plugin/plugin_instance.hpp"
+#include "plugin/run_services.hpp"
+#include "train/prefetcher.hpp"
+#include "util/errors.hpp"
+#include "util/signal_watcher.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// --- worker mode: this binary as a supervised worker ----------------------------
+// supervise() re-executes /proc/self/exe; with KILN_TEST_WORKER_MODE set, the
+// process acts out one worker behaviour here, before gtest ever starts.
+int rank_from_env() {
+  const char* r = std::getenv("RANK");
+  return r ? std::atoi(r) : 0;
+}
+
+[[noreturn]] void worker_main(const std::string& mode) {
+  kiln::Heartbeat heartbeat;
+  const int rank = rank_from_env();
+  heartbeat.phase("fit");
+  if (mode == "ok") {
+    std::this_thread::sleep_for(200ms);
+    heartbeat.done();
+    std::_Exit(0);
+  }
+  if (mode == "exit0_on_rank1" && rank == 1) std::_Exit(0);  // no "@done": it left early
+  if (mode == "fail_on_rank0" && rank == 0) {
+    heartbeat.report_failure(true, "boom on rank 0");
+    std::_Exit(1);
+  }
+  if (mode == "hang_on_rank1") {
+    if (rank == 1) {
+      ::signal(SIGTERM, SIG_IGN);  // stuck for good: only SIGKILL ends it
+      heartbeat.activity()->enter("training_step");
+      for (;;) std::this_thread::sleep_for(1s);
+    }
+    std::this_thread::sleep_for(3s);  // rank 0's collective "times out"
+    heartbeat.report_failure(false, "all-reduce failed (another rank failed or stopped responding)");
+    std::_Exit(1);
+  }
+  for (;;) std::this_thread::sleep_for(1s);  // the others wait until stopped (SIGTERM)
+}
+
+const bool g_worker = [] {
+  if (const char* mode = std::getenv("KILN_TEST_WORKER_MODE"); mode && *mode) worker_main(mode);
+  return false;
+}();
+
+kiln::SupervisorResult supervise_workers(const std::string& mode) {
+  ::setenv("KILN_TEST_WORKER_MODE", mode.c_str(), 1);
+  kiln::SupervisorOptions options;
+  options.processes = 2;
+  options.argv = {"/proc/self/exe"};
+  options.startup_timeout = 30s;
+  options.heartbeat_timeout = 10s;
+  options.grace = 2s;
+  const std::atomic<int> no_signal{0};
+  auto result = kiln::supervise(options, &no_signal);
+  ::unsetenv("KILN_TEST_WORKER_MODE");
+  return result;
+}
+
+TEST(Supervisor, WorkersThatFinishAreASuccess) {
+  const auto r = supervise_workers("ok");
+  EXPECT_EQ(r.exit_code, 0) << r.report;
+}
+
+TEST(Supervisor, ARankThatExitsZeroEarlyIsTheCause) {
+  const auto r = supervise_workers("exit0_on_rank1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.report.find("rank 1 (pid"), std::string::npos) << r.report;
+  EXPECT_NE(r.report.find("exited early with code 0 during fit"), std::string::npos) << r.report;
+}
+
+TEST(Supervisor, AWorkersOwnReportIsTheCause) {
+  const auto r = supervise_workers("fail_on_rank0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.report.find("rank 0 (pid"), std::string::npos) << r.report;
+  EXPECT_NE(r.report.find("boom on rank 0"), std::string::npos) << r.report;
+}
+
+TEST(Supervisor, AHungRankIsReportedAsHungNotAsTheSupervisorsKill) {
+  const auto r = supervise_workers("hang_on_rank1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.report.find("rank 1 (pid"), std::string::npos) << r.report;
+  EXPECT_NE(r.report.find("hung in training_step"), std::string::npos) << r.report;
+  EXPECT_EQ(r.report.find("SIGKILL"), std::string::npos) << r.report;
+}
+
+// --- heartbeat -------------------------------------------------------------------
+
+// Reads what the heartbeat wrote until `want` appears (bounded: 20 s).
+std::string read_until(int fd, const std::string& want) {
+  std::string got;
+  const auto until = Clock::now() + 20s;
+  while (got.find(want) == std::string::npos && Clock::now() < until) {
+    char buffer[256];
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0)
+      got.append(buffer, static_cast<size_t>(n));
+    else
+      std::this_thread::sleep_for(20ms);
+  }
+  return got;
+}
+
+TEST(Heartbeat, BeatsAndTellsPhasesHooksFailuresAndDone) {
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_NONBLOCK), 0);
+  ::setenv("KILN_HEARTBEAT_FD", std::to_string(fds[1]).c_str(), 1);
+  {
+    kiln::Heartbeat heartbeat;
+    ::unsetenv("KILN_HEARTBEAT_FD");
+    ASSERT_TRUE(heartbeat.connected());
+    EXPECT_NE(read_until(fds[0], std::string(1, kiln::heartbeat::kBeat)).find(kiln::heartbeat::kBeat), std::string::npos);
+    heartbeat.phase("rendezvous");
+    EXPECT_NE(read_until(fds[0], "@phase rendezvous\n").find("@phase rendezvous\n"), std::string::npos);
+    {
+      kiln::InHook in(heartbeat.activity(), "training_step");  // and stays there
+      EXPECT_NE(read_until(fds[0], " training_step\n").find("@busy "), std::string::npos);
+    }
+    heartbeat.report_failure(true, "two\nlines");
+    EXPECT_NE(read_until(fds[0], "!1 two lines\n").find("!1 two lines\n"), std::string::npos);
+    heartbeat.done();
+    EXPECT_NE(read_until(fds[0], "@done\n").find("@done\n"), std::string::npos);
+  }
+  ::close(fds[0]);
+}
+
+// --- signal watcher ------------------------------------------------------------------
+
+TEST(SignalWatcher, TurnsAProcessSignalIntoTheFlagAndIgnoresSigpipe) {
+  kiln::SignalWatcher watcher;
+  EXPECT_EQ(watcher.signal()->load(), 0);
+  ::kill(::getpid(), SIGUSR1);
+  const auto until = Clock::now() + 20s;
+  while (watcher.signal()->load() == 0 && Clock::now() < until) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(watcher.signal()->load(), SIGUSR1);
+  // A write to a pipe nobody reads any more fails with EPIPE; it does not kill.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  ::close(fds[0]);
+  EXPECT_EQ(::write(fds[1], "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE);
+  ::close(fds[1]);
+}
+
+// --- prefetcher ----------------------------------------------------------------------
+
+// A data module whose get_batch puts the first index of its batch in "i",
+// fails at batch `fail_at`, and blocks at batch `block_at` until released.
+struct FakeData {
+  std::mutex mutex;
+  std::condition_variable released_cv;
+  bool released = false;
+  int64_t fail_at = -1, block_at = -1;
+  std::atomic<int> blocked{0};
+  const kiln_host* host = nullptr;
+} g_data;
+
+kiln_error* fake_create(const kiln_host* host, const char*, kiln_instance** out) {
+  g_data.host = host;
+  *out = reinterpret_cast<kiln_instance*>(&g_data);
+  return nullptr;
+}
+void fake_destroy(kiln_instance*) {}
+kiln_error* fake_length(kiln_instance*, kiln_split, int64_t* out) {
+  *out = 1000;
+  return nullptr;
+}
+kiln_error* fake_get_batch(kiln_instance*, kiln_split, const int64_t* indices, size_t, kiln_batch** out) {
+  const kiln_host* host = g_data.host;
+  if (indices[0] == g_data.fail_at) return host->error_new(host, "no such sample");
+  if (indices[0] == g_data.block_at) {
+    ++g_data.blocked;
+    std::unique_lock<std::mutex> lock(g_data.mutex);
+    g_data.released_cv.wait(lock, [] { return g_data.released; });
+  }
+  kiln_batch* batch = host->batch_new(host);
+  host->batch_put(host, batch, "i", kiln::release_tensor(at::scalar_tensor(indices[0], at::kLong)));
+  *out = batch;
+  return nullptr;
+}
+
+const kiln_lifecycle kLifecycle{sizeof(kiln_lifecycle), &fake_create, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                &fake_destroy};
+const kiln_data_hooks kHooks{sizeof(kiln_data_hooks), nullptr, &fake_length, &fake_get_batch};
+const kiln_descriptor kConcurrent{sizeof(kiln_descriptor), "test.fake_data", "fake", "1", nullptr,
+                                  KILN_KIND_DATA_MODULE, nullptr, KILN_DATA_CONCURRENT_GET_BATCH, &kLifecycle, &kHooks};
+
+struct NoRun : kiln::RunServices {
+  void record_metric(const std::string&, const char*, double, double, uint32_t) override {}
+  bool metric(const char*, double*) const override { return false; }
+  void request_stop(const std::string&, const char*) override {}
+  int32_t rank() const override { return 0; }
+  int32_t world_size() const override { return 1; }
+};
+
+kiln::BatchPlan plan_of(int batches) {
+  kiln::BatchPlan plan;
+  plan.offsets.push_back(0);
+  for (int b = 0; b < batches; ++b) {
+    plan.indices.push_back(b);
+    plan.offsets.push_back(plan.indices.size());
+  }
+  return plan;
+}
+
+class PrefetcherTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    g_data.fail_at = g_data.block_at = -1;
+    g_data.released = false;
+    g_data.blocked = 0;
+    kiln::LoadedPlugin plugin;
+    plugin.descriptor = &kConcurrent;
+    plugin.path = "fake";
+    plugin.slot = "data";
+    instance = std::make_unique<kiln::PluginInstance>(plugin, "", &run);
+    instance->create();
+  }
+  NoRun run;
+  std::unique_ptr<kiln::PluginInstance> instance;
+};
+
+int64_t index_of(const kiln::BatchPtr& batch) { return batch->tensors.at(0).second.item<int64_t>(); }
+
+TEST_F(PrefetcherTest, HandsBatchesBackInPlanOrderFromSeveralThreads) {
+  kiln::Prefetcher prefetcher(*instance, KILN_SPLIT_TRAIN, plan_of(200), /*threads=*/3, /*depth=*/4);
+  for (int b = 0; b < 200; ++b) ASSERT_EQ(index_of(prefetcher.next()), b);
+}
+
+TEST_F(PrefetcherTest, AGetBatchErrorIsRethrownWhenItsBatchIsTaken) {
+  g_data.fail_at = 7;
+  kiln::Prefetcher prefetcher(*instance, KILN_SPLIT_TRAIN, plan_of(20), 2, 4);
+  for (int b = 0; b < 7; ++b) ASSERT_EQ(index_of(prefetcher.next()), b);
+  try {
+    prefetcher.next();
+    FAIL() << "batch 7 failed in get_batch";
+  } catch (const kiln::HookError& e) {
+    EXPECT_EQ(e.hook(), "get_batch");
+    EXPECT_EQ(e.message(), "no such sample");
+  }
+}
+
+TEST_F(PrefetcherTest, AStuckGetBatchIsAbandonedWhenTheRunFails) {
+  g_data.block_at = 1;
+  const auto started = Clock::now();
+  try {
+    kiln::Prefetcher prefetcher(*instance, KILN_SPLIT_TRAIN, plan_of(10), 1, 2);
+    EXPECT_EQ(index_of(prefetcher.next()), 0);
+    while (g_data.blocked.load() == 0) std::this_thread::sleep_for(1ms);
+    throw std::runtime_error("training_step failed");  // unwinding destroys the prefetcher
+  } catch (const std::runtime_error&) {
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  EXPECT_LT(seconds, 60) << "a bound against hangs: the destructor did not join the stuck thread";
+  EXPECT_EQ(instance->calls_in_flight(), 1);
+  {
+    std::lock_guard<std::mutex> lock(g_data.mutex);
+    g_data.released = true;
+  }
+  g_data.released_cv.notify_all();
+  const auto until = Clock::now() + 20s;
+  while (instance->calls_in_flight() > 0 && Clock::now() < until) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(instance->calls_in_flight(), 0);
+  std::this_thread::sleep_for(50ms);  // the abandoned thread drops its batch and ends
+}
+
+}  // namespace
