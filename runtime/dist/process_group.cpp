@@ -208,7 +208,11 @@ void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = timeout_;
-    wait(group_->allreduce(one, options), "an all-reduce");
+    // Not interruptible: kiln's all-reduces are the agreements themselves —
+    // the stop vote (which is how a signal is acted on, by all ranks
+    // together) and the checkpoint commit. Gloo's timeout bounds them.
+    const auto work = group_->allreduce(one, options);
+    work->wait(timeout_);
   });
 }
 

@@ -48,7 +48,8 @@ class ProcessGroup {
   void barrier();
   // In place, from `root` to every rank.
   void broadcast(std::vector<at::Tensor>& tensors, int root);
-  // In place, summed over ranks.
+  // In place, summed over ranks. The one wait a signal does not end (it
+  // carries the agreed decisions: stop votes, checkpoint commits).
   void all_reduce_sum(at::Tensor& tensor);
   // Every rank's `text`, indexed by rank. Goes through the store, so it works
   // for values of any length and never depends on tensor shapes agreeing.
