@@ -62,6 +62,7 @@ Failure Session::classify(std::exception_ptr error) const {
   } catch (const std::exception& e) {
     // A Gloo transport error that escaped the collective wrappers (e.g. from
     // inside the autograd engine) still means a peer went away.
+    spdlog::debug("{}", e.what());  // with its backtrace, if it has one
     const std::string text = one_line(e.what());
     const bool transport = text.find("gloo/transport") != std::string::npos;
     f.reason = transport ? KILN_FAILURE_PEER_FAILED : KILN_FAILURE_HOST_ERROR;
