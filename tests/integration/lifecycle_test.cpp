@@ -98,6 +98,8 @@ struct Injection {
   std::string hook;
 };
 
+void PrintTo(const Injection& i, std::ostream* out) { *out << i.label << " " << i.hook; }
+
 std::string name_of(const testing::TestParamInfo<Injection>& info) {
   return info.param.label + "_" + info.param.hook;
 }

@@ -27,6 +27,8 @@ struct Refusal {
   std::string expected;  // part of the one-line message
 };
 
+void PrintTo(const Refusal& r, std::ostream* out) { *out << r.name; }
+
 class LoaderRefuses : public testing::TestWithParam<Refusal> {};
 
 TEST_P(LoaderRefuses, WithOneLineAndExitCode2) {

@@ -333,6 +333,8 @@ void expect_one_line_input_error(const std::string& message, const std::vector<s
     EXPECT_NE(message.find(fragment), std::string::npos) << "missing: " << fragment << "\nin: " << message;
 }
 
+void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
+
 class DetectLauncher : public testing::TestWithParam<Case> {};
 
 TEST_P(DetectLauncher, Row) {
@@ -411,6 +413,8 @@ const std::vector<HostCase> kHostCases = {
     {"node01\n", "", "SLURM_NODELIST='node01\\n' contains whitespace"},
     {"n[1\n]", "", "SLURM_NODELIST='n[1\\n]' has a malformed range '1\\n' in '[1\\n]'"},
 };
+
+void PrintTo(const HostCase& c, std::ostream* out) { *out << c.nodelist; }
 
 class FirstSlurmHost : public testing::TestWithParam<HostCase> {};
 

@@ -527,6 +527,13 @@ struct RangeCase {
   std::string expected;  // after "<file>:2:<col>: "
 };
 
+void PrintTo(const RangeCase& c, std::ostream* out) {
+  std::string one = c.snippet;
+  for (char& ch : one)
+    if (ch == '\n') ch = ' ';
+  *out << one;
+}
+
 class ManifestRangeTest : public ManifestTest, public ::testing::WithParamInterface<RangeCase> {};
 
 TEST_P(ManifestRangeTest, RejectsOutOfRangeValue) {

@@ -69,6 +69,8 @@ struct DeleteCase {
 
 std::ostream& operator<<(std::ostream& os, const DeleteCase& c) { return os << c.name; }
 
+void PrintTo(const DeleteCase& c, std::ostream* out) { *out << c.name; }
+
 class ToDelete : public ::testing::TestWithParam<DeleteCase> {};
 
 TEST_P(ToDelete, DeletesExactlyTheOnesOutsideTheTopK) {
@@ -174,6 +176,8 @@ std::optional<std::string> path_of(const std::optional<CheckpointInfo>& c) {
   if (!c) return std::nullopt;
   return c->path.string();
 }
+
+void PrintTo(const PickCase& c, std::ostream* out) { *out << c.name; }
 
 class PickLast : public ::testing::TestWithParam<PickCase> {};
 
