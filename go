@@ -46,7 +46,9 @@ build() {
 # checking is off because LibTorch's process-lifetime registries would drown
 # kiln's own leaks (ASan still reports use-after-free, overflows, UB).
 export_sanitizer_options() {
-  export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0"
+  # handle_segv=0: the fault-injection tests send real SIGSEGVs and expect
+  # the process to die of them, as it would without ASan.
+  export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0:handle_segv=0"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
   # Timing bounds in tests are against hangs; instrumented code is slower.

@@ -506,6 +506,7 @@ class Run final : public RunServices {
       group_->broadcast(tensors, 0);
     }
     spdlog::debug("start-up agreement: {} ranks agree; rank 0's weights broadcast", world_size());
+    phase(command_name(command_));
   }
 
   // The splits this command reads (their lengths must agree across ranks).
