@@ -1,7 +1,10 @@
 #include "plugin/host_services.hpp"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 
 #include <ATen/DLConvertor.h>
 #include <spdlog/spdlog.h>
@@ -106,11 +109,16 @@ std::string dlpack_problem(const DLTensor& t) {
   if (t.ndim < 0 || t.ndim > 64) return "ndim " + std::to_string(t.ndim) + " is out of range (0 to 64)";
   if (t.ndim > 0 && t.shape == nullptr) return "shape is NULL for a tensor of " + std::to_string(t.ndim) + " dimensions";
   if (t.dtype.lanes != 1) return "vector dtypes (lanes " + std::to_string(t.dtype.lanes) + ") are not supported";
-  int64_t numel = 1, last = 0;
+  // `span` is the product of the sizes with 0 counted as 1: LibTorch's
+  // contiguous strides. An empty tensor with huge other dimensions has few
+  // elements but strides that overflow (and LibTorch 1.13 then crashes
+  // reading them as symbolic sizes).
+  int64_t numel = 1, span = 1, last = 0;
   for (int i = 0; i < t.ndim; ++i) {
     const int64_t n = t.shape[i];
     if (n < 0) return "dimension " + std::to_string(i) + " has negative size " + std::to_string(n);
-    if (__builtin_mul_overflow(numel, n, &numel)) return "the shape's element count overflows";
+    if (__builtin_mul_overflow(numel, n, &numel) || __builtin_mul_overflow(span, std::max<int64_t>(n, 1), &span))
+      return "the shape's element count overflows";
     if (t.strides != nullptr) {
       const int64_t stride = t.strides[i];
       if (stride < 0) return "negative strides are not supported (dimension " + std::to_string(i) + ")";
@@ -123,8 +131,29 @@ std::string dlpack_problem(const DLTensor& t) {
   if (__builtin_mul_overflow(numel, static_cast<int64_t>((t.dtype.bits + 7) / 8), &bytes))
     return "the tensor's size in bytes overflows";
   if (numel > 0 && t.data == nullptr) return "data is NULL for a tensor of " + std::to_string(numel) + " elements";
+  uintptr_t first = 0;
+  if (t.data != nullptr && __builtin_add_overflow(reinterpret_cast<uintptr_t>(t.data), t.byte_offset, &first))
+    return "byte_offset " + std::to_string(t.byte_offset) + " reaches past any addressable memory";
   return "";
 }
+
+// What LibTorch 1.13's fromDLPack gets in place of the producer's tensor
+// when it would misread it: it ignores byte_offset (the tensor would start at
+// `data`, not `data + byte_offset`: the wrong elements, silently) and refuses
+// pinned host memory (kDLCUDAHost), which the CPU reads like any other. The
+// copy of the header points at the first element, on the CPU; its deleter
+// runs the producer's.
+struct Rebased {
+  DLManagedTensor outer{};
+  DLManagedTensor* producer = nullptr;
+
+  static void deleter(DLManagedTensor* self) {
+    auto* rebased = static_cast<Rebased*>(self->manager_ctx);
+    DLManagedTensor* producer = rebased->producer;
+    delete rebased;
+    if (producer->deleter != nullptr) producer->deleter(producer);
+  }
+};
 
 kiln_tensor* tensor_from_dlpack(const kiln_host*, DLManagedTensor* managed, kiln_error** error) noexcept {
   std::string failure;
@@ -132,9 +161,26 @@ kiln_tensor* tensor_from_dlpack(const kiln_host*, DLManagedTensor* managed, kiln
     if (managed == nullptr) throw std::invalid_argument("NULL tensor");
     if (std::string problem = dlpack_problem(managed->dl_tensor); !problem.empty())
       throw std::invalid_argument(problem);
+    DLManagedTensor* handed = managed;
+    std::unique_ptr<Rebased> rebased;
+    const DLTensor& t = managed->dl_tensor;
+    if (t.byte_offset != 0 || t.device.device_type == kDLCUDAHost) {
+      rebased = std::make_unique<Rebased>();
+      rebased->outer.dl_tensor = t;
+      if (t.data != nullptr) rebased->outer.dl_tensor.data = static_cast<char*>(t.data) + t.byte_offset;
+      rebased->outer.dl_tensor.byte_offset = 0;
+      rebased->outer.dl_tensor.device = DLDevice{kDLCPU, 0};
+      rebased->outer.manager_ctx = rebased.get();
+      rebased->outer.deleter = &Rebased::deleter;
+      rebased->producer = managed;
+      handed = &rebased->outer;
+    }
     // fromDLPack takes ownership: the producer's deleter runs when the
-    // tensor's storage is freed.
-    return release_tensor(at::fromDLPack(managed));
+    // tensor's storage is freed. Until it returns, a failure leaves the
+    // producer's deleter to the catch below (and `rebased` to its unique_ptr).
+    at::Tensor tensor = at::fromDLPack(handed);
+    rebased.release();  // now owned by the tensor's storage
+    return release_tensor(std::move(tensor));  // cannot throw: the tensor is defined
   } catch (const c10::Error& e) {
     failure = e.what_without_backtrace();
   } catch (const std::exception& e) {

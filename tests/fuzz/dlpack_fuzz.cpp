@@ -3,8 +3,9 @@
 // device, ndim, shape, strides, byte offset. Where the description has a
 // computable extent, the harness backs it with a buffer of exactly that size
 // (the producer's promise the ABI relies on); otherwise it passes a small
-// one. The contract: a tensor whose every element lies inside the buffer, or
-// an error — and the producer's deleter runs exactly once either way.
+// one. The contract: a tensor of the described shape and strides starting at
+// data + byte_offset, whose every element lies inside the buffer, or an
+// error — and the producer's deleter runs exactly once either way.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -53,7 +54,10 @@ int64_t extent(const DLTensor& t) {
   }
   if (!t.strides) {
     int64_t n = 1;
-    for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+    for (int i = 0; i < t.ndim; ++i) {
+      n *= t.shape[i];  // at most 2^22 * 2^20: no overflow
+      if (n > (1 << 22)) return -1;
+    }
     last = n - 1;
   }
   const int64_t bytes = static_cast<int64_t>(t.byte_offset) + (last + 1) * item;
@@ -94,6 +98,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     delete producer;
   };
 
+  // What the tensor must be, taken before the producer hands it over.
+  const std::vector<int64_t> shape = t.shape ? p->shape : std::vector<int64_t>();
+  const std::vector<int64_t> strides = t.strides ? p->strides : std::vector<int64_t>();
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p->buffer.data()) + t.byte_offset;
+
   kiln_error* error = nullptr;
   const kiln_host* table = host.table();
   kiln_tensor* handle = table->tensor_from_dlpack(table, &p->managed, &error);
@@ -102,6 +111,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     {
       const at::Tensor tensor = kiln::borrow_tensor(handle);
       if (!tensor.device().is_cpu()) __builtin_trap();  // batches are host memory
+      // The tensor is the description: its shape, its strides, and its first
+      // element at data + byte_offset (LibTorch 1.13 alone ignores the offset).
+      if (tensor.sizes().vec() != shape) __builtin_trap();
+      for (size_t i = 0; i < strides.size(); ++i)
+        if (shape[i] > 1 && tensor.stride(static_cast<int64_t>(i)) != strides[i]) __builtin_trap();
+      if (tensor.numel() > 0 && reinterpret_cast<uintptr_t>(tensor.data_ptr()) != first) __builtin_trap();
       // Reads every element (ASan sees any byte outside the buffer); a
       // stride-0 view of a huge shape is legal but not worth copying.
       // Only a description the harness could back with a buffer is read: the
