@@ -1,6 +1,7 @@
 #include "plugin/host_services.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -78,7 +79,15 @@ void log_metric(const kiln_host* host, const char* name, double value, double we
   }
 }
 
+// abi.h's [main-thread] rule, checked in debug builds: a plugin that calls
+// a main-thread service from its own thread is told so at once.
+void assert_main_thread(const kiln_host* host) noexcept {
+  assert(self(host).on_main_thread() && "a [main-thread] kiln_host service was called from another thread (abi.h)");
+  (void)host;
+}
+
 int metric_get(const kiln_host* host, const char* name, double* out) noexcept {
+  assert_main_thread(host);
   try {
     return name && out && self(host).run()->metric(name, out) ? 1 : 0;
   } catch (...) {
@@ -93,6 +102,7 @@ int32_t world_size(const kiln_host* host) noexcept {
 }
 
 void request_stop(const kiln_host* host, const char* reason) noexcept {
+  assert_main_thread(host);
   try {
     self(host).run()->request_stop(self(host).plugin_id(), reason ? reason : "");
   } catch (...) {
@@ -256,8 +266,9 @@ const char* batch_name_at(const kiln_host*, const kiln_batch* batch, size_t inde
 
 void batch_release(const kiln_host*, kiln_batch* batch) noexcept { delete batch; }
 
-kiln_error* state_write(const kiln_host*, kiln_state_writer* writer, const char* key, const void* data,
+kiln_error* state_write(const kiln_host* host, kiln_state_writer* writer, const char* key, const void* data,
                         size_t size) noexcept {
+  assert_main_thread(host);
   try {
     if (writer == nullptr || key == nullptr) return make_error("state_write: NULL writer or key");
     writer->blobs[key] = std::string(static_cast<const char*>(data), size);
@@ -267,8 +278,9 @@ kiln_error* state_write(const kiln_host*, kiln_state_writer* writer, const char*
   }
 }
 
-int state_read(const kiln_host*, kiln_state_reader* reader, const char* key, const void** data,
+int state_read(const kiln_host* host, kiln_state_reader* reader, const char* key, const void** data,
                size_t* size) noexcept {
+  assert_main_thread(host);
   if (reader == nullptr || reader->blobs == nullptr || key == nullptr) return 0;
   auto it = reader->blobs->find(key);
   if (it == reader->blobs->end()) return 0;

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "kiln/abi.h"
 #include "plugin/run_services.hpp"
@@ -23,11 +24,15 @@ class PluginHost {
   const std::string& plugin_id() const { return plugin_id_; }
   RunServices* run() const { return run_; }
   bool sees_ranks() const { return sees_ranks_; }
+  // The thread that created this table: the run's main thread (abi.h's
+  // [main-thread] services are checked against it in debug builds).
+  bool on_main_thread() const { return std::this_thread::get_id() == main_thread_; }
 
  private:
   std::string plugin_id_;
   RunServices* run_;
   bool sees_ranks_;
+  std::thread::id main_thread_ = std::this_thread::get_id();
   kiln_host table_{};
 };
 

@@ -39,12 +39,19 @@
  * never frees an error it returned. Plugins written in C++ must catch every
  * exception before it reaches a C frame (the SDK in kiln/plugin.hpp does).
  *
- * Threads
- * -------
- * Unless a function says otherwise, the host calls plugin functions from one
- * thread, the "main thread" of the run, never concurrently. The exception is
- * `kiln_data_hooks.get_batch`, which runs on host prefetch threads (see there).
- * Host services say for each function which threads may call it.
+ * Threads and states
+ * ------------------
+ * Every function below carries one tag, in CLAP's style, saying on which
+ * thread it runs (plugin hooks) or may be called (host services), and in
+ * which state of the plugin instance:
+ *   [main-thread]      the run's main thread; never two calls at once
+ *   [prefetch-thread]  a host prefetch thread (get_batch only)
+ *   [any-thread]       any thread, concurrently with others
+ *   & created          after create returned, until destroy
+ *   & active           after setup was entered, until teardown returns
+ *   & failing          after the run failed: on_exception, teardown(failed=1)
+ *   & in-state-hook    inside this plugin's state_save / state_load
+ * The host checks the thread rule of its services in debug builds.
  *
  * Tensors
  * -------
@@ -209,89 +216,100 @@ typedef struct kiln_host {
   void* host_data;          /* private to the host: pass `host` back unchanged */
 
   /* --- errors ----------------------------------------------------------- */
-  /* Creates an error to return from a hook. `message` is copied; one line,
-   * saying what went wrong and, where possible, what to do. Any thread. */
+  /* [any-thread & created] Creates an error to return from a hook.
+   * `message` is copied; one line, saying what went wrong and, where
+   * possible, what to do. */
   kiln_error* (*error_new)(const struct kiln_host* host, const char* message);
 
   /* --- logging ---------------------------------------------------------- */
-  /* Writes one line to the run's log, prefixed with the plugin id. Any thread. */
+  /* [any-thread & created] Writes one line to the run's log, prefixed with
+   * the plugin id. */
   void (*log)(const struct kiln_host* host, kiln_log_level level, const char* message);
 
   /* --- metrics ---------------------------------------------------------- */
-  /* Records one value of a metric. The host reduces all values of an epoch
-   * (KILN_METRIC_REDUCE_*), across ranks too, at fixed points where every rank
-   * takes part; a plugin never syncs. `weight` weighs the value in a mean
-   * (use the number of samples it covers; 1 if unsure). Main thread only. */
+  /* [any-thread & active] Records one value of a metric. The host reduces
+   * all values of an epoch (KILN_METRIC_REDUCE_*), across ranks too, at
+   * fixed points where every rank takes part; a plugin never syncs. `weight`
+   * weighs the value in a mean (use the number of samples it covers; 1 if
+   * unsure). Calls are serialised by the host; a value recorded on a
+   * prefetch thread counts in the reduction that follows its arrival. */
   void (*log_metric)(const struct kiln_host* host, const char* name, double value, double weight,
                      uint32_t flags);
-  /* Reads the latest reduced value of a metric (e.g. "val/loss" after a
-   * validation epoch). Returns 1 and writes *out if the metric exists, else 0.
-   * Main thread only. */
+  /* [main-thread & active] Reads the latest reduced value of a metric
+   * (e.g. "val/loss" after a validation epoch). Returns 1 and writes *out if
+   * the metric exists, else 0. */
   int (*metric_get)(const struct kiln_host* host, const char* name, double* out);
 
   /* --- run -------------------------------------------------------------- */
-  /* This process's rank and the number of ranks. A data module always gets
+  /* [any-thread & created] This process's rank and the number of ranks. A
+   * data module always gets
    * 0 and 1: the host shards every split, and a data module that sharded
    * itself again would train on a fraction of its data (Lightning's double
    * sharding). It describes the whole dataset, identically on every rank; the
-   * start-up agreement checks that the split lengths match. Any thread. */
+   * start-up agreement checks that the split lengths match. */
   int32_t (*rank)(const struct kiln_host* host);
   int32_t (*world_size)(const struct kiln_host* host);
-  /* Asks the run to stop after the current step. All ranks agree on the stop
-   * before acting on it. `reason` is copied and logged. Main thread only. */
+  /* [main-thread & active] Asks the run to stop after the current step. All
+   * ranks agree on the stop before acting on it. `reason` is copied and
+   * logged. */
   void (*request_stop)(const struct kiln_host* host, const char* reason);
 
   /* --- tensors ---------------------------------------------------------- */
-  /* Wraps a DLPack tensor without copying. Takes ownership of `managed`, even
+  /* [any-thread & created] Wraps a DLPack tensor without copying. Takes
+   * ownership of `managed`, even
    * on failure: its deleter runs when the last reference to the returned
    * handle is released (possibly on another thread), or before this returns
    * NULL with *error set (e.g. an unsupported dtype). Never call the deleter
-   * yourself after passing it here. Any thread. */
+   * yourself after passing it here. */
   kiln_tensor* (*tensor_from_dlpack)(const struct kiln_host* host, struct DLManagedTensor* managed,
                                      kiln_error** error);
-  /* Exports a tensor as DLPack (zero-copy; the tensor must not require grad).
-   * The caller owns the result and must call its deleter. NULL with *error set
-   * on failure. Any thread. */
+  /* [any-thread & created] Exports a tensor as DLPack (zero-copy; the
+   * tensor must not require grad). The caller owns the result and must call
+   * its deleter. NULL with *error set on failure. */
   struct DLManagedTensor* (*tensor_to_dlpack)(const struct kiln_host* host,
                                                const kiln_tensor* tensor, kiln_error** error);
-  /* Adds a reference; returns `tensor`. Any thread. */
+  /* [any-thread & created] Adds a reference; returns `tensor`. */
   kiln_tensor* (*tensor_retain)(const struct kiln_host* host, kiln_tensor* tensor);
-  /* Drops a reference. NULL is ignored. Any thread. */
+  /* [any-thread & created] Drops a reference. NULL is ignored. */
   void (*tensor_release)(const struct kiln_host* host, kiln_tensor* tensor);
 
   /* --- batches ---------------------------------------------------------- */
-  /* Creates an empty batch, owned by the caller until returned from get_batch
-   * (or released with batch_release). NULL only when memory is exhausted.
-   * Any thread. */
+  /* [any-thread & created] Creates an empty batch, owned by the caller
+   * until returned from get_batch (or released with batch_release). NULL only
+   * when memory is exhausted. */
   kiln_batch* (*batch_new)(const struct kiln_host* host);
-  /* Stores `tensor` under `name` (copied), taking ownership of the handle even
-   * on failure. A name may appear once. Any thread. */
+  /* [any-thread & created] Stores `tensor` under `name` (copied), taking
+   * ownership of the handle even on failure. A name may appear once. */
   kiln_error* (*batch_put)(const struct kiln_host* host, kiln_batch* batch, const char* name,
                            kiln_tensor* tensor);
-  /* Returns the tensor under `name`, borrowed for as long as the batch lives,
-   * or NULL if there is none. Any thread. */
+  /* [any-thread & created] Returns the tensor under `name`, borrowed for as
+   * long as the batch lives, or NULL if there is none. */
   kiln_tensor* (*batch_get)(const struct kiln_host* host, const kiln_batch* batch,
                             const char* name);
-  /* Number of tensors, and the name at position `index` (borrowed). */
+  /* [any-thread & created] Number of tensors, and the name at position
+   * `index` (borrowed). */
   size_t (*batch_count)(const struct kiln_host* host, const kiln_batch* batch);
   const char* (*batch_name_at)(const struct kiln_host* host, const kiln_batch* batch,
                                size_t index);
-  /* Frees a batch the caller owns (and the references it holds). */
+  /* [any-thread & created] Frees a batch the caller owns (and the
+   * references it holds). */
   void (*batch_release)(const struct kiln_host* host, kiln_batch* batch);
 
   /* --- plugin state ----------------------------------------------------- */
-  /* Stores a named blob of bytes (copied) during state_save. */
+  /* [main-thread & in-state-hook] Stores a named blob of bytes (copied)
+   * during state_save. */
   kiln_error* (*state_write)(const struct kiln_host* host, kiln_state_writer* writer,
                              const char* key, const void* data, size_t size);
-  /* Finds a blob saved under `key` during state_load. Returns 1 and sets
+  /* [main-thread & in-state-hook] Finds a blob saved under `key` during
+   * state_load. Returns 1 and sets
    * *data / *size (borrowed until state_load returns) if found, else 0. */
   int (*state_read)(const struct kiln_host* host, kiln_state_reader* reader, const char* key,
                     const void** data, size_t* size);
 
   /* --- ABI 1.1 ---------------------------------------------------------- */
-  /* As error_new, with a KILN_ERROR_* code saying what kind of failure it is.
-   * Check KILN_HAS_FIELD(host, kiln_host, error_new_code) first: a 1.0 host
-   * lacks it (fall back to error_new). Any thread. */
+  /* [any-thread & created] As error_new, with a KILN_ERROR_* code saying
+   * what kind of failure it is. Check KILN_HAS_FIELD(host, kiln_host,
+   * error_new_code) first: a 1.0 host lacks it (fall back to error_new). */
   kiln_error* (*error_new_code)(const struct kiln_host* host, kiln_error_code code,
                                 const char* message);
 } kiln_host;
@@ -312,35 +330,38 @@ typedef struct kiln_host {
 typedef struct kiln_lifecycle {
   size_t struct_size;
 
-  /* Creates an instance. `config_toml` is the TOML text of the plugin's own
+  /* [main-thread] Creates an instance. `config_toml` is the TOML text of the plugin's own
    * manifest table (borrowed). `host` stays valid until destroy returns. On
    * success writes *out and returns NULL. On failure returns an error and
    * must not write *out; destroy is not called. Required. */
   kiln_error* (*create)(const kiln_host* host, const char* config_toml, kiln_instance** out);
 
-  /* Acquires what the stage needs (load data, build layers, open files).
-   * NULL: nothing to do. */
+  /* [main-thread & created] Acquires what the stage needs (load data, build
+   * layers, open files). NULL: nothing to do. */
   kiln_error* (*setup)(kiln_instance* self, kiln_stage stage);
 
-  /* Releases what setup acquired. `failed` is 1 when the run is failing: a
+  /* [main-thread & active] (and failing when `failed` is 1) Releases what
+   * setup acquired. `failed` is 1 when the run is failing: a
    * `finally`, called even when this plugin's own setup failed part-way.
    * NULL: nothing to do. */
   kiln_error* (*teardown)(kiln_instance* self, kiln_stage stage, int32_t failed);
 
-  /* Told once that the run is failing, before any teardown. `info` is
+  /* [main-thread & failing] Told once that the run is failing, before any
+   * teardown. `info` is
    * borrowed. The returned error, if any, is logged and otherwise ignored.
    * NULL: nothing to do. */
   kiln_error* (*on_exception)(kiln_instance* self, const kiln_exception_info* info);
 
-  /* Saves the plugin's own state into a checkpoint (kiln_host.state_write).
-   * NULL: the plugin has no state. */
+  /* [main-thread & active] Saves the plugin's own state into a checkpoint
+   * (kiln_host.state_write). NULL: the plugin has no state. */
   kiln_error* (*state_save)(kiln_instance* self, kiln_state_writer* writer);
 
-  /* Restores state saved by state_save, after setup. NULL: no state. */
+  /* [main-thread & active] Restores state saved by state_save, after setup.
+   * NULL: no state. */
   kiln_error* (*state_load)(kiln_instance* self, kiln_state_reader* reader);
 
-  /* Frees the instance. Called exactly once for every successful create,
-   * last. Must not fail. Required. */
+  /* [main-thread & created] Frees the instance. Called exactly once for
+   * every successful create, last. Must not fail. Required. */
   void (*destroy)(kiln_instance* self);
 } kiln_lifecycle;
 
@@ -353,26 +374,31 @@ typedef void (*kiln_tensor_visitor)(void* context, const char* name, kiln_tensor
 typedef struct kiln_model_hooks {
   size_t struct_size;
 
-  /* Visits every parameter and buffer, in a fixed order, after setup. The
+  /* [main-thread & active] Visits every parameter and buffer, in a fixed
+   * order, after setup. The
    * host moves them to the run's device in place and builds the optimizer
    * from the parameters that require grad. Required. */
   kiln_error* (*parameters)(kiln_instance* self, void* context, kiln_tensor_visitor visit);
 
-  /* Computes the training loss of one batch (borrowed, already on the run's
+  /* [main-thread & active] Computes the training loss of one batch
+   * (borrowed, already on the run's
    * device). Writes an owned scalar handle to *loss; the host back-propagates
    * through it. The model is in training mode. Required for fit. */
   kiln_error* (*training_step)(kiln_instance* self, const kiln_batch* batch, int64_t batch_index,
                                kiln_tensor** loss);
 
-  /* Evaluates one batch; records metrics with kiln_host.log_metric. Runs
+  /* [main-thread & active] Evaluates one batch; records metrics with
+   * kiln_host.log_metric. Runs
    * without autograd, in evaluation mode. NULL: validation is skipped. */
   kiln_error* (*validation_step)(kiln_instance* self, const kiln_batch* batch,
                                  int64_t batch_index);
 
-  /* As validation_step, for the test split. NULL: `kiln test` is refused. */
+  /* [main-thread & active] As validation_step, for the test split. NULL:
+   * `kiln test` is refused. */
   kiln_error* (*test_step)(kiln_instance* self, const kiln_batch* batch, int64_t batch_index);
 
-  /* Predicts one batch; writes an owned handle to *output (one row per
+  /* [main-thread & active] Predicts one batch; writes an owned handle to
+   * *output (one row per
    * sample). NULL: `kiln predict` is refused. */
   kiln_error* (*predict_step)(kiln_instance* self, const kiln_batch* batch, int64_t batch_index,
                               kiln_tensor** output);
@@ -381,15 +407,18 @@ typedef struct kiln_model_hooks {
 typedef struct kiln_data_hooks {
   size_t struct_size;
 
-  /* Downloads or unpacks data once per node (local rank 0), before setup on
+  /* [main-thread & created] Downloads or unpacks data once per node (local
+   * rank 0), before setup on
    * any rank; other ranks wait at a barrier. NULL: nothing to do. */
   kiln_error* (*prepare_data)(kiln_instance* self);
 
-  /* Number of samples in `split`, after setup. 0 means the split is absent.
+  /* [main-thread & active] Number of samples in `split`, after setup. 0
+   * means the split is absent.
    * Required. */
   kiln_error* (*length)(kiln_instance* self, kiln_split split, int64_t* out);
 
-  /* Builds the batch of samples `indices[0..count)` (borrowed) of `split` into
+  /* [prefetch-thread & active] Builds the batch of samples
+   * `indices[0..count)` (borrowed) of `split` into
    * a batch created with kiln_host.batch_new, returned through *out (ownership
    * passes to the host). Tensors are on the CPU; conventionally "input" and
    * "target". The data module never sees a device, a rank or a generator: the
@@ -401,7 +430,8 @@ typedef struct kiln_data_hooks {
                            size_t count, kiln_batch** out);
 } kiln_data_hooks;
 
-/* Every callback hook may be NULL. `progress` is borrowed. A callback reads
+/* [main-thread & active] Every callback hook. Each may be NULL. `progress`
+ * is borrowed. A callback reads
  * metrics with kiln_host.metric_get and may ask to stop with
  * kiln_host.request_stop. */
 typedef kiln_error* (*kiln_callback_hook)(kiln_instance* self, const kiln_progress* progress);
@@ -463,9 +493,9 @@ typedef struct kiln_entry {
 #define KILN_EXCEPTION_INFO_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_exception_info, rank)
 #define KILN_PROGRESS_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_progress, max_steps)
 
-/* The exported entry point. Returns a static table that stays valid while the
- * library is loaded; may be called several times, from the main thread, and
- * must not allocate resources or touch the host. */
+/* [main-thread] The exported entry point. Returns a static table that stays
+ * valid while the library is loaded; may be called several times, and must
+ * not allocate resources or touch the host. */
 typedef const kiln_entry* (*kiln_entry_fn)(void);
 
 #ifdef __cplusplus
