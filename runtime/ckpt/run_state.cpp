@@ -3,8 +3,11 @@
 #include "ckpt/retention.hpp"
 #include "util/errors.hpp"
 
+#include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
+#include <system_error>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -43,19 +46,75 @@ struct TensorSection {
   std::string_view data;
 };
 
+// A checkpoint's text as it may appear in a one-line message: escaped, cut.
+std::string shown(std::string_view text) {
+  std::string out = "'";
+  for (size_t i = 0; i < text.size() && i < 40; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    }
+  }
+  return out + (text.size() > 40 ? "...'" : "'");
+}
+
+// A non-negative decimal integer that is the whole of `text`; anything else
+// (including what std::stoll would throw std::invalid_argument for) is a
+// CheckpointError naming the file and `what`.
+int64_t parse_count(const CheckpointFile& file, const std::string& what, std::string_view text) {
+  int64_t value = -1;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < 0)
+    throw CheckpointError(file.path().string() + ": " + what + " is not a non-negative integer (" + shown(text) +
+                          ")");
+  return value;
+}
+
+// The element size of a dtype named as c10::toString names it, or 0 for a
+// name that is not a plain (non-quantized) dtype.
+size_t element_size(const std::string& dtype) {
+  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+    const auto type = static_cast<c10::ScalarType>(i);
+    if (type == c10::ScalarType::Undefined || c10::isQIntType(type) || dtype != c10::toString(type)) continue;
+    return c10::elementSize(type);
+  }
+  return 0;
+}
+
+// Parses "<dtype> <d0,d1,...>\n<bytes>" and checks that the bytes are exactly
+// what dtype and shape need: whatever a caller allocates from `sizes` is then
+// bounded by the section's size, so by the file's.
 TensorSection parse_tensor(const CheckpointFile& file, const std::string& name) {
   const std::string_view raw = file.section(name);
+  const std::string where = file.path().string() + ": section '" + name + "'";
   const size_t newline = raw.find('\n');
-  if (newline == std::string_view::npos)
-    throw CheckpointError(file.path().string() + ": section '" + name + "' is not a tensor");
-  std::istringstream header(std::string(raw.substr(0, newline)));
+  const size_t space = raw.substr(0, newline).find(' ');
+  if (newline == std::string_view::npos || space == std::string_view::npos)
+    throw CheckpointError(where + " is not a tensor");
   TensorSection out;
-  std::string sizes;
-  header >> out.dtype >> sizes;
-  std::istringstream parts(sizes);
-  for (std::string p; std::getline(parts, p, ',');)
-    if (!p.empty()) out.sizes.push_back(std::stoll(p));
+  out.dtype = std::string(raw.substr(0, space));
+  const size_t item = element_size(out.dtype);
+  if (item == 0) throw CheckpointError(where + " has an unknown dtype " + shown(out.dtype));
+  std::string_view sizes = raw.substr(space + 1, newline - space - 1);
+  int64_t numel = 1;
+  while (!sizes.empty()) {
+    const size_t comma = sizes.find(',');
+    const int64_t n = parse_count(file, "a dimension of section '" + name + "'", sizes.substr(0, comma));
+    out.sizes.push_back(n);
+    if (__builtin_mul_overflow(numel, n, &numel)) throw CheckpointError(where + " has a shape too large to hold");
+    if (comma == std::string_view::npos) break;
+    sizes.remove_prefix(comma + 1);
+    if (sizes.empty()) throw CheckpointError(where + " is not a tensor (its shape ends with a comma)");
+  }
   out.data = raw.substr(newline + 1);
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(item), &bytes) || out.data.size() != static_cast<uint64_t>(bytes))
+    throw CheckpointError(where + " has the wrong number of bytes");
   return out;
 }
 
@@ -177,17 +236,20 @@ void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
 
 CheckpointMeta read_meta(const CheckpointFile& file) {
   CheckpointMeta meta;
-  std::istringstream in{std::string(file.section("meta"))};
-  for (std::string line; std::getline(in, line);) {
+  const std::string_view text = file.section("meta");
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
     const size_t space = line.find(' ');
-    const std::string key = line.substr(0, space);
-    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
-    if (key == "epoch") meta.position.epoch = std::stoll(value);
-    else if (key == "next_batch") meta.position.next_batch = std::stoll(value);
-    else if (key == "global_step") meta.position.global_step = std::stoll(value);
-    else if (key == "monitor") meta.monitor = value;
-    else if (key == "monitored" && !value.empty()) meta.monitored = std::strtod(value.c_str(), nullptr);
-    else if (key == "kiln") meta.kiln_version = value;
+    const std::string_view key = line.substr(0, space);
+    const std::string_view value = space == std::string_view::npos ? "" : line.substr(space + 1);
+    if (key == "epoch") meta.position.epoch = parse_count(file, "the epoch in its metadata", value);
+    else if (key == "next_batch") meta.position.next_batch = parse_count(file, "the batch in its metadata", value);
+    else if (key == "global_step") meta.position.global_step = parse_count(file, "the global step in its metadata", value);
+    else if (key == "monitor") meta.monitor = std::string(value);
+    else if (key == "monitored" && !value.empty()) meta.monitored = std::strtod(std::string(value).c_str(), nullptr);
+    else if (key == "kiln") meta.kiln_version = std::string(value);
   }
   return meta;
 }

@@ -1,29 +1,183 @@
-// The checkpoint reader. The contract (ckpt/checkpoint_file.hpp): check()
-// names a problem or none; read() gives a validated file or throws
-// CheckpointError; nothing allocates more than the file's size justifies
+// Loading a checkpoint, in two modes chosen by the input's first bytes.
+//
+// Raw (the input starts with "KILNCKPT"): the input is the file. check()
+// names a problem or none, read() gives a validated file or throws
+// CheckpointError, and the two agree. A file that reads (the seeds, mostly:
+// mutations rarely keep the checksum) goes on as below.
+//
+// Sections (anything else): the input is a list of sections, written with
+// CheckpointWriter so that the file is valid and its checksum right: what is
+// fuzzed is what kiln does with valid files of crafted content. read_meta()
+// gives metadata or CheckpointError; the SDK's plugin-state tensors
+// (kiln::detail::tensor_from_bytes, behind StateReader::read_tensor) a
+// tensor or std::invalid_argument; restore_run_state() into a small model
+// with an Adam or SGD optimizer restores or throws (CheckpointError; other
+// exceptions are tolerated and logged once each, see note()).
+//
+// In both modes nothing allocates more than the file's size justifies
 // (run.sh sets -malloc_limit_mb far below what a lying header could ask for)
-// and nothing in the file is executed.
+// and nothing in the file is executed: no pickle, no TorchScript.
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <set>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
 
 #include "ckpt/checkpoint_file.hpp"
+#include "ckpt/run_state.hpp"
 #include "fuzz_file.hpp"
+#include "kiln/detail/tensor_bytes.hpp"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace {
+
+// Section names the restore path looks for, so that mutations of a selector
+// byte move between meaningful sections. A selector past the table takes a
+// name from the input.
+const char* const kNames[] = {
+    "meta",           "manifest",        "param/weight",          "param/bias",
+    "buffer/running", "optim/0/step",    "optim/0/exp_avg",       "optim/0/exp_avg_sq",
+    "optim/0/max_exp_avg_sq", "optim/0/sgd", "optim/0/momentum_buffer", "optim/1/step",
+    "optim/1/exp_avg", "optim/1/exp_avg_sq", "optim/1/sgd",          "optim/1/momentum_buffer",
+    "rng/cpu",        "plugin/p/state",  "plugin/p/tensor",       "metrics/latest",
+    "metrics/pending", "metrics/csv",
+};
+constexpr size_t kNameCount = sizeof kNames / sizeof kNames[0];
+
+struct Reader {
+  const uint8_t* data;
+  size_t size;
+  size_t at = 0;
+  bool done() const { return at >= size; }
+  uint8_t byte() { return at < size ? data[at++] : 0; }
+  std::string_view bytes(size_t n) {
+    n = std::min(n, size - std::min(at, size));
+    const std::string_view out(reinterpret_cast<const char*>(data) + at, n);
+    at += n;
+    return out;
+  }
+};
+
+// The models restored into: the shape of the test recorder plugin's (as in
+// the raw seeds), with or without a buffer, and optimizers that have state
+// to replace.
+struct Model {
+  kiln::NamedTensors params{{"weight", at::zeros({2, 4})}, {"bias", at::zeros({2})}};
+  kiln::NamedTensors buffers;
+  std::vector<at::Tensor> trainable;
+  torch::optim::Adam adam;
+  torch::optim::SGD sgd;
+  explicit Model(bool with_buffer)
+      : trainable{params[0].second.requires_grad_(), params[1].second.requires_grad_()},
+        adam(trainable, torch::optim::AdamOptions(1e-3)),
+        sgd(trainable, torch::optim::SGDOptions(1e-2).momentum(0.9)) {
+    if (with_buffer) buffers.emplace_back("running", at::zeros({2}));
+  }
+};
+
+// Non-CheckpointError exceptions out of restore_run_state: tolerated (they
+// are errors, not crashes), reported once each so a run's log lists them.
+void note(const char* what) {
+  static std::set<std::string> seen;
+  std::string key(what, std::min<size_t>(std::strlen(what), 60));
+  if (seen.size() < 32 && seen.insert(key).second) std::fprintf(stderr, "restore threw a non-CheckpointError: %s\n", what);
+}
+
+// What kiln does with a valid file: metadata (only CheckpointError may come
+// out), plugin-state tensors (a tensor or std::invalid_argument), restore.
+// flags: bit 0 picks SGD over Adam, bit 1 the model with a buffer.
+void use(const kiln::CheckpointFile& checkpoint, uint8_t flags) {
+  try {
+    if (checkpoint.has("meta")) (void)kiln::read_meta(checkpoint);
+  } catch (const kiln::CheckpointError&) {
+  }
+  for (const auto& name : checkpoint.names()) {
+    if (name.rfind("plugin/", 0) != 0) continue;
+    try {
+      const at::Tensor t = kiln::detail::tensor_from_bytes(checkpoint.section(name));
+      if (t.numel() <= (1 << 16)) (void)t.clone();
+    } catch (const std::invalid_argument&) {
+    }
+  }
+
+  static Model plain(false), buffered(true);
+  Model& model = (flags & 2) ? buffered : plain;
+  kiln::RunStateView view;
+  view.params = &model.params;
+  view.buffers = &model.buffers;
+  view.trainable = &model.trainable;
+  view.optimizer = (flags & 1) ? static_cast<torch::optim::Optimizer*>(&model.sgd) : &model.adam;
+  try {
+    kiln::restore_run_state(checkpoint, view);
+  } catch (const kiln::CheckpointError&) {
+  } catch (const std::exception& e) {
+    note(e.what());
+  }
+}
+
+void raw(const uint8_t* data, size_t size) {
   const std::string file = kiln_fuzz::input_file(".ckpt", data, size);
   const auto problem = kiln::CheckpointFile::check(file);
+  std::optional<kiln::CheckpointFile> checkpoint;
   try {
-    const kiln::CheckpointFile checkpoint = kiln::CheckpointFile::read(file);
-    // A file check() calls valid must read, and one it refuses must not.
-    if (problem) __builtin_trap();
-    for (const auto& name : checkpoint.names()) {
-      const std::string_view bytes = checkpoint.section(name);
-      volatile uint8_t sink = 0;
-      for (char c : bytes) sink ^= static_cast<uint8_t>(c);
-      (void)sink;
-    }
+    checkpoint.emplace(kiln::CheckpointFile::read(file));
   } catch (const kiln::CheckpointError&) {
-    if (!problem) __builtin_trap();
+    if (!problem) __builtin_trap();  // check() accepted what read() refuses
+    return;
   }
+  if (problem) __builtin_trap();  // check() refused what read() accepts
+  for (const auto& name : checkpoint->names()) {
+    const std::string_view bytes = checkpoint->section(name);
+    volatile uint8_t sink = 0;
+    for (char c : bytes) sink ^= static_cast<uint8_t>(c);
+    (void)sink;
+  }
+  use(*checkpoint, 0);
+}
+
+// Input: a flags byte, then sections, each: a selector byte (an index into
+// kNames, or past it: a length byte and the name), a little-endian u16
+// length, the data.
+void sections(const uint8_t* data, size_t size) {
+  Reader in{data, size};
+  const uint8_t flags = in.byte();
+  static const std::string file = "/dev/shm/kiln-fuzz-" + std::to_string(::getpid()) + "-sections.ckpt";
+  {
+    kiln::CheckpointWriter writer(file);
+    while (!in.done()) {
+      const uint8_t selector = in.byte();
+      const std::string name = selector < kNameCount ? kNames[selector] : std::string(in.bytes(in.byte()));
+      const uint16_t length = static_cast<uint16_t>(in.byte() | (in.byte() << 8));
+      try {
+        writer.add(name, in.bytes(length));
+      } catch (const std::invalid_argument&) {  // empty or duplicate name
+      }
+    }
+    writer.commit();
+  }
+  use(kiln::CheckpointFile::read(file), flags);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  at::set_num_threads(1);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size >= 8 && std::memcmp(data, "KILNCKPT", 8) == 0)
+    raw(data, size);
+  else
+    sections(data, size);
   return 0;
 }

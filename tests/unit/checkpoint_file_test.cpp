@@ -606,4 +606,58 @@ TEST_F(CheckpointFileTest, WriterIsUnusableAfterAFailedWrite) {
   EXPECT_EQ(listing(dir_), std::vector<std::string>{});
 }
 
+
+// A file of a few dozen bytes that declares a section (or a section name) far
+// larger than itself is refused before anything of the declared size is
+// allocated: allocation is bounded by the file's size. The child has 256 MiB
+// of address space to spare, so allocating the declared 1 GiB or 4 GiB would
+// fail (std::bad_alloc, or a sanitizer's out-of-memory abort) instead of
+// giving the CheckpointError.
+TEST_F(CheckpointFileTest, HugeDeclaredLengthsAreRefusedWithoutAllocatingThem) {
+  const fs::path path = dir_ / "a.ckpt";
+  {
+    CheckpointWriter w(path);
+    w.add("weights", "0123456789");
+    w.commit();
+  }
+  const std::string valid = read_bytes(path);
+  auto patched = [&](size_t offset, int width, uint64_t value) {
+    std::string bytes = valid;
+    for (int i = 0; i < width; ++i) bytes[offset + i] = static_cast<char>((value >> (8 * i)) & 0xFF);
+    return bytes;
+  };
+  // Offsets: magic 0, version 8, name length 12, name 16, data length 23.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {patched(23, 8, uint64_t{1} << 30), "is truncated or corrupt (section 'weights' runs past the end of the file)"},
+      {patched(23, 8, ~uint64_t{0}), "is truncated or corrupt (section 'weights' runs past the end of the file)"},
+      {patched(12, 4, 0xFFFFFFFEu),
+       "is truncated or corrupt (a section name of 4294967294 bytes runs past the end of the file)"},
+      {patched(12, 4, 60000), "is truncated or corrupt (a section name of 60000 bytes runs past the end of the file)"},
+  };
+  const int status = in_child([&] {
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    if (pages <= 0) return 10;
+    const rlim_t spare = rlim_t{256} << 20;
+    const rlim_t now = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE));
+    const rlimit limit{now + spare, now + spare};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) return 11;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      write_bytes(path, cases[i].first);
+      const std::string expected = path.string() + " " + cases[i].second;
+      if (CheckpointFile::check(path) != std::optional<std::string>(expected)) return 20 + static_cast<int>(i);
+      try {
+        CheckpointFile::read(path);
+        return 30 + static_cast<int>(i);
+      } catch (const CheckpointError& e) {
+        if (e.what() != expected) return 40 + static_cast<int>(i);
+      }
+    }
+    return 0;
+  });
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "status " << status << " (exit " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << ", signal "
+      << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
+}
+
 }  // namespace

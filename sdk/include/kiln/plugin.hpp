@@ -29,6 +29,7 @@
 
 #include "kiln/abi.h"
 #include "kiln/config.hpp"
+#include "kiln/detail/tensor_bytes.hpp"
 #include "kiln/tensor.hpp"
 
 #define KILN_SDK_STRINGIFY2(x) #x
@@ -116,11 +117,9 @@ class StateWriter {
     if (kiln_error* e = host_->state_write(host_, writer_, key.c_str(), bytes.data(), bytes.size()))
       throw HostError{e};
   }
-  void write_tensor(const std::string& key, const at::Tensor& tensor) {
-    std::ostringstream out;
-    torch::save(tensor, out);
-    write(key, out.str());
-  }
+  // A dense tensor as plain bytes (kiln/detail/tensor_bytes.hpp): dtype,
+  // shape and data, never a pickle.
+  void write_tensor(const std::string& key, const at::Tensor& tensor) { write(key, detail::tensor_to_bytes(tensor)); }
 
  private:
   const kiln_host* host_;
@@ -136,13 +135,13 @@ class StateReader {
     if (!host_->state_read(host_, reader_, key.c_str(), &data, &size)) return std::nullopt;
     return std::string(static_cast<const char*>(data), size);
   }
+  // What write_tensor wrote, as a CPU tensor. Nothing in the checkpoint is
+  // executed (no torch::load: a TorchScript archive can carry code), and a
+  // header that does not match its data throws std::invalid_argument.
   std::optional<at::Tensor> read_tensor(const std::string& key) const {
     auto bytes = read(key);
     if (!bytes) return std::nullopt;
-    std::istringstream in(*bytes);
-    at::Tensor tensor;
-    torch::load(tensor, in);
-    return tensor;
+    return detail::tensor_from_bytes(*bytes);
   }
 
  private:
