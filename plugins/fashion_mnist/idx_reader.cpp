@@ -15,6 +15,7 @@ namespace {
 // A corrupt header could claim any size; no IDX file we read comes close.
 constexpr int64_t kMaxBytes = int64_t{1} << 31;
 constexpr int64_t kReadChunk = int64_t{16} << 20;
+constexpr int64_t kFirstChunk = int64_t{64} << 10;
 
 struct GzClose {
   void operator()(gzFile_s* file) const { gzclose(file); }
@@ -81,11 +82,12 @@ at::Tensor read_idx(const std::string& path, uint32_t expected_magic) {
   }
 
   // The header's size is a claim: memory grows with the data actually read
-  // (in chunks), so a corrupt or hostile header cannot make a small file
-  // allocate gigabytes.
+  // (doubling from a small first chunk, in steps of at most kReadChunk), so a
+  // corrupt or hostile header cannot make a small file allocate more than
+  // about twice what it holds, let alone gigabytes.
   std::vector<uint8_t> bytes;
   for (int64_t have = 0; have < total;) {
-    const int64_t chunk = std::min<int64_t>(total - have, kReadChunk);
+    const int64_t chunk = std::min({total - have, kReadChunk, std::max(kFirstChunk, have)});
     bytes.resize(static_cast<size_t>(have + chunk));
     if (!read_exactly(file.get(), path, bytes.data() + have, chunk))
       fail(path, "is truncated: its IDX header promises " + std::to_string(total) + " bytes of data");
