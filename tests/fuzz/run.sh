@@ -2,41 +2,51 @@
 # Builds the libFuzzer targets with clang into build-fuzz/ and runs each for
 # SECONDS (default 30) on a copy of its seed corpus. Exits non-zero on any
 # finding (the crashing input is kept in build-fuzz/findings/). Idempotent.
-#   tests/fuzz/run.sh [SECONDS]
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]     (targets: manifest checkpoint idx dlpack; default all)
+# KILN_FUZZ_BUILD_DIR names another build directory (default build-fuzz).
+# Everything runs under `nice -n 10`: the machine stays usable.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-30}
-BUILD=build-fuzz
+shift $(( $# > 0 ? 1 : 0 ))
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(manifest checkpoint idx dlpack)
+BUILD=${KILN_FUZZ_BUILD_DIR:-build-fuzz}
 
 missing=()
 for p in clang libclang-rt-14-dev libtorch-dev libdlpack-dev libxxhash-dev zlib1g-dev libspdlog-dev libtomlplusplus-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
+  echo "fuzz: installing ${missing[*]}"
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 cmake -S tests/fuzz -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_COMPILER=clang "${launcher[@]}" >/dev/null
-cmake --build "$BUILD" -j2
+nice -n 10 cmake --build "$BUILD" -j2 --target "${TARGETS[@]/%/_fuzz}"
 
 mkdir -p "$BUILD/findings"
 status=0
 # malloc_limit_mb: no input is over 64 KiB, so no reader has a reason to
 # allocate 256 MiB (LibTorch's own start-up stays far below it).
-for target in manifest checkpoint idx dlpack; do
+for target in "${TARGETS[@]}"; do
   corpus="$BUILD/corpus/$target"
   mkdir -p "$corpus"
+  # A copy: what the run adds stays in the build directory, never in the repository.
   cp -n tests/fuzz/corpus/$target/* "$corpus/" 2>/dev/null || true
   log="$BUILD/$target.log"
-  if ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=0 "$BUILD/${target}_fuzz" "$corpus" \
+  if ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=0 UBSAN_OPTIONS=print_stacktrace=1 \
+      nice -n 10 "$BUILD/${target}_fuzz" "$corpus" \
       -max_total_time="$SECONDS_EACH" -max_len=65536 -malloc_limit_mb=256 -rss_limit_mb=4096 \
       -timeout=20 -artifact_prefix="$BUILD/findings/$target-" -print_final_stats=1 >"$log" 2>&1; then
-    echo "fuzz $target: ok, $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs in ${SECONDS_EACH} s, $(ls "$corpus" | wc -l) corpus entries, $(grep -o 'cov: [0-9]*' "$log" | tail -1)"
+    runs=$(sed -n 's/^Done \([0-9]*\) runs in \([0-9]*\) second.*/\1 runs in \2 s/p' "$log")
+    echo "fuzz $target: ok, ${runs:-? runs}, $(grep -o 'cov: [0-9]* ft: [0-9]*' "$log" | tail -1)," \
+      "corpus $(ls "$corpus" | wc -l) files ($(du -sk "$corpus" | cut -f1) KiB), peak rss $(sed -n 's/^stat::peak_rss_mb: *//p' "$log") MB"
   else
     echo "fuzz $target: FINDING (see $log and $BUILD/findings/)" >&2
     tail -40 "$log" >&2
