@@ -73,12 +73,16 @@ at::Tensor read_idx(const std::string& path, uint32_t expected_magic) {
 
   const int ndims = static_cast<int>(magic & 0xFFu);
   std::vector<int64_t> shape;
-  int64_t total = 1;
+  // `span` counts a 0 dimension as 1: the tensor's contiguous strides. An
+  // empty tensor of huge other dimensions has strides that overflow (and
+  // LibTorch 1.13 then crashes reading them; found by tests/fuzz).
+  int64_t total = 1, span = 1;
   for (int i = 0; i < ndims; ++i) {
     if (!read_exactly(file.get(), path, word, 4)) fail(path, "is truncated inside its IDX header");
     shape.push_back(big_endian(word));
     total *= shape.back();
-    if (total > kMaxBytes) fail(path, "has an implausible IDX header (more than 2 GiB of data)");
+    span *= std::max<int64_t>(shape.back(), 1);
+    if (total > kMaxBytes || span > kMaxBytes) fail(path, "has an implausible IDX header (more than 2 GiB of data)");
   }
 
   // The header's size is a claim: memory grows with the data actually read

@@ -57,49 +57,92 @@ std::string one_line(const std::string& s) {
 // Where `text` has a non-ASCII byte outside a string or a comment, as
 // "line:col"; empty when it has none. Valid TOML never does (bare keys are
 // ASCII), and toml++ 3.3 reaches __builtin_unreachable() while classifying
-// some such characters (is_non_ascii_horizontal_whitespace, e.g. U+0193;
+// some such characters as whitespace or not (is_non_ascii_horizontal_
+// whitespace: U+00A1-U+0499, U+2C5E-U+3057, U+FB26-U+FEFE, e.g. U+0193;
 // found by tests/fuzz): text that would take that path never reaches it.
+//
+// "Inside a string" is what toml++ will read as one: a quote opens a string
+// only where a key or a value starts (at a line's start, after '=', '[', '{'
+// or ',', or after a '.' of a dotted key); anywhere else (1e'...) toml++
+// reads it as part of a bare value, and so does this scan. Inside a
+// multi-line basic string, toml++ also classifies the character after a
+// backslash and those it skips after a line-ending backslash: they must be
+// ASCII too.
 std::string non_ascii_outside_strings(std::string_view text) {
-  enum class In { code, comment, basic, literal, multi_basic, multi_literal } in = In::code;
+  enum class In { code, comment, basic, literal, multi_basic, multi_literal, escape, line_ending } in = In::code;
   constexpr std::string_view kTripleQuote = "\"\"\"", kTripleApostrophe = "'''";
   size_t line = 1, column = 0;
+  char last = '\n';        // the last character of code other than blanks; '\n' at a line's start
+  bool key_side = true;     // a '.' here joins a dotted key (not a number's point)
+  bool header = false;      // inside the brackets of [table] or [[table]]
+  std::vector<char> open;   // the '[' of arrays and '{' of inline tables open in a value
+  auto ascii = [](char c) { return static_cast<unsigned char>(c) < 0x80; };
+  auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     ++column;
     auto starts = [&](std::string_view s) { return text.substr(i, s.size()) == s; };
+    auto here = [&] { return std::to_string(line) + ":" + std::to_string(column); };
     switch (in) {
-      case In::code:
-        if (static_cast<unsigned char>(c) >= 0x80) return std::to_string(line) + ":" + std::to_string(column);
+      case In::comment:
+        if (c != '\n') break;
+        in = In::code;
+        [[fallthrough]];
+      case In::code: {
+        if (!ascii(c)) return here();
+        const bool opens = last == '\n' || last == '=' || last == '[' || last == '{' || last == ',' ||
+                           (last == '.' && key_side);
         if (c == '#') {
           in = In::comment;
-        } else if (starts(kTripleQuote)) {
-          in = In::multi_basic;
-          i += 2;
-        } else if (starts(kTripleApostrophe)) {
-          in = In::multi_literal;
-          i += 2;
-        } else if (c == '"') {
-          in = In::basic;
-        } else if (c == '\'') {
-          in = In::literal;
+        } else if ((c == '"' || c == '\'') && opens) {
+          if (starts(kTripleQuote)) {
+            in = In::multi_basic, i += 2, column += 2;
+          } else if (starts(kTripleApostrophe)) {
+            in = In::multi_literal, i += 2, column += 2;
+          } else {
+            in = c == '"' ? In::basic : In::literal;
+          }
+        } else if (c == '=') {
+          key_side = false;
+        } else if (c == '{') {
+          open.push_back('{'), key_side = true;
+        } else if (c == '[') {
+          if (last == '\n' && open.empty()) header = true, key_side = true;
+          else if (!header) open.push_back('['), key_side = false;
+        } else if (c == ']' || c == '}') {
+          if (!open.empty()) open.pop_back(), key_side = false;
+          else header = false;
+        } else if (c == ',') {
+          key_side = !open.empty() && open.back() == '{';
+        } else if (c == '\n' && open.empty()) {
+          key_side = true, header = false;
         }
+        if (c == '\n' || !blank(c)) last = c;
         break;
-      case In::comment:
-        if (c == '\n') in = In::code;
-        break;
+      }
       case In::basic:
-        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i;
-        else if (c == '"' || c == '\n') in = In::code;
+        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i, ++column;
+        else if (c == '"') in = In::code, last = c;
+        else if (c == '\n') in = In::code, last = c;
         break;
       case In::literal:
-        if (c == '\'' || c == '\n') in = In::code;
+        if (c == '\'' || c == '\n') in = In::code, last = c;
         break;
+      case In::escape:  // the character after a backslash in a multi-line basic string
+        if (!ascii(c)) return here();
+        in = blank(c) ? In::line_ending : In::multi_basic;
+        break;
+      case In::line_ending:  // what toml++ skips after a line-ending backslash
+        if (!ascii(c)) return here();
+        if (blank(c)) break;
+        in = In::multi_basic;
+        [[fallthrough]];
       case In::multi_basic:
-        if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i;
-        else if (starts(kTripleQuote)) in = In::code, i += 2;
+        if (c == '\\') in = In::escape;
+        else if (starts(kTripleQuote)) in = In::code, last = '"', i += 2, column += 2;
         break;
       case In::multi_literal:
-        if (starts(kTripleApostrophe)) in = In::code, i += 2;
+        if (starts(kTripleApostrophe)) in = In::code, last = '\'', i += 2, column += 2;
         break;
     }
     if (text[i] == '\n') line += 1, column = 0;
