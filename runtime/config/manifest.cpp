@@ -63,8 +63,9 @@ std::string one_line(const std::string& s) {
 //
 // "Inside a string" is what toml++ will read as one: a quote opens a string
 // only where a key or a value starts (at a line's start, after '=', '[', '{'
-// or ',', or after a '.' of a dotted key); anywhere else (1e'...) toml++
-// reads it as part of a bare value, and so does this scan. Inside a
+// or ',', or after a '.' of a dotted key), never inside a bare value, which
+// toml++ reads up to whitespace, ',', ']', '}' or '#' whatever it holds
+// (1e'...', 1$a="..."); and so does this scan. Inside a
 // multi-line basic string, toml++ also classifies the character after a
 // backslash and those it skips after a line-ending backslash: they must be
 // ASCII too.
@@ -75,6 +76,7 @@ std::string non_ascii_outside_strings(std::string_view text) {
   char last = '\n';        // the last character of code other than blanks; '\n' at a line's start
   bool key_side = true;     // a '.' here joins a dotted key (not a number's point)
   bool header = false;      // inside the brackets of [table] or [[table]]
+  bool bare = false;        // inside a bare value (not a string, array or table)
   std::vector<char> open;   // the '[' of arrays and '{' of inline tables open in a value
   auto ascii = [](char c) { return static_cast<unsigned char>(c) < 0x80; };
   auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
@@ -90,6 +92,16 @@ std::string non_ascii_outside_strings(std::string_view text) {
         [[fallthrough]];
       case In::code: {
         if (!ascii(c)) return here();
+        if (bare) {
+          // toml++ reads a bare value (a number, a date, true, or junk) up to
+          // one of these, classifying every character: nothing in it opens
+          // a string, an array or a table.
+          if (!blank(c) && c != ',' && c != ']' && c != '}' && c != '#') {
+            last = c;
+            break;
+          }
+          bare = false;
+        }
         const bool opens = last == '\n' || last == '=' || last == '[' || last == '{' || last == ',' ||
                            (last == '.' && key_side);
         if (c == '#') {
@@ -102,8 +114,10 @@ std::string non_ascii_outside_strings(std::string_view text) {
           } else {
             in = c == '"' ? In::basic : In::literal;
           }
-        } else if (c == '=') {
+        } else if (c == '=' && key_side && !header) {
           key_side = false;
+        } else if (!key_side && !header && !blank(c) && c != '[' && c != '{' && c != ']' && c != '}' && c != ',') {
+          bare = true;  // a value that is not a string, an array or an inline table
         } else if (c == '{') {
           open.push_back('{'), key_side = true;
         } else if (c == '[') {
