@@ -1,5 +1,7 @@
 #include "ckpt/checkpoint_file.hpp"
 
+#include "util/durable_file.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,8 +34,6 @@ constexpr size_t kMaxSectionName = 64 * 1024;
 // written straight from the caller's memory.
 constexpr size_t kWriteBuffer = 1 << 20;
 constexpr size_t kReadBuffer = 1 << 20;
-
-std::string error_text(int err) { return std::generic_category().message(err); }
 
 // --- Little-endian integers, independent of the host's byte order. --------
 
@@ -82,45 +82,6 @@ std::string printable(std::string_view name) {
 
 // --- RAII helpers. ----------------------------------------------------------
 
-// Owns a file descriptor. The destructor closes it ignoring errors (used on
-// error and cleanup paths); code that must know whether the close succeeded
-// calls close_checked().
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void reset() {
-    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-  }
-  // Returns 0 or the errno of close(). On Linux the descriptor is released
-  // even when close() fails, so it is never retried; EINTR is not a failure
-  // (the descriptor is gone and, for the writer, the data was already
-  // fsync'ed).
-  int close_checked() {
-    if (fd_ < 0) return 0;
-    const int rc = ::close(std::exchange(fd_, -1));
-    if (rc != 0 && errno != EINTR) return errno;
-    return 0;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 struct XxhStateDeleter {
   void operator()(XXH64_state_t* s) const { XXH64_freeState(s); }
 };
@@ -131,31 +92,6 @@ XxhState new_hash_state() {
   if (!state) throw std::bad_alloc();
   XXH64_reset(state.get(), 0);
   return state;
-}
-
-// write() until everything is written, retrying on EINTR and short writes.
-// Returns 0 or the errno of the failure.
-int write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    // write() returning 0 for a non-empty request makes no progress; treat
-    // it as the device being full rather than spin.
-    if (n == 0) return ENOSPC;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return 0;
-}
-
-int fsync_retrying(int fd) {
-  while (::fsync(fd) != 0) {
-    if (errno != EINTR) return errno;
-  }
-  return 0;
 }
 
 }  // namespace
@@ -284,9 +220,7 @@ CheckpointWriter::CheckpointWriter(std::filesystem::path final_path)
     : impl_(std::make_unique<Impl>()), final_(std::move(final_path)) {
   if (!final_.has_filename())
     throw std::runtime_error("cannot write checkpoint " + final_.string() + ": not a file name");
-  std::filesystem::path dir = final_.parent_path();
-  if (dir.empty()) dir = ".";
-  temporary_ = dir / ("." + final_.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  temporary_ = temporary_for(final_);
   impl_->final_path = final_;
   impl_->temporary = temporary_;
 
@@ -393,16 +327,9 @@ void CheckpointWriter::commit() {
   std::filesystem::path dir = final_.parent_path();
   if (dir.empty()) dir = ".";
   const std::string step = "fsync directory " + dir.string();
-  Fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir_fd.valid()) {
-    const int err = errno;
-    throw std::runtime_error("cannot write checkpoint " + final_.string() + ": " + step + ": " + error_text(err));
-  }
   fault_point("ckpt:before_dir_fsync");
-  const int err = fsync_retrying(dir_fd.get());
-  // EINVAL: the file system cannot sync directories (some FUSE and network
-  // file systems); there is nothing more to do there.
-  if (err != 0 && err != EINVAL)
+  const int err = fsync_directory(dir);
+  if (err != 0)
     throw std::runtime_error("cannot write checkpoint " + final_.string() + ": " + step + ": " + error_text(err));
 }
 

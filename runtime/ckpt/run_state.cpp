@@ -46,35 +46,6 @@ struct TensorSection {
   std::string_view data;
 };
 
-// A checkpoint's text as it may appear in a one-line message: escaped, cut.
-std::string shown(std::string_view text) {
-  std::string out = "'";
-  for (size_t i = 0; i < text.size() && i < 40; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7F && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\x%02x", c);
-      out += esc;
-    }
-  }
-  return out + (text.size() > 40 ? "...'" : "'");
-}
-
-// A non-negative decimal integer that is the whole of `text`; anything else
-// (including what std::stoll would throw std::invalid_argument for) is a
-// CheckpointError naming the file and `what`.
-int64_t parse_count(const CheckpointFile& file, const std::string& what, std::string_view text) {
-  int64_t value = -1;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || value < 0)
-    throw CheckpointError(file.path().string() + ": " + what + " is not a non-negative integer (" + shown(text) +
-                          ")");
-  return value;
-}
-
 // The element size of a dtype named as c10::toString names it, or 0 for a
 // name that is not a plain (non-quantized) dtype.
 size_t element_size(const std::string& dtype) {
@@ -142,16 +113,6 @@ at::Tensor load_tensor(const CheckpointFile& file, const std::string& name, cons
   return t;
 }
 
-std::string meta_text(const RunStateView& s) {
-  char value[64] = "";
-  if (s.monitored) std::snprintf(value, sizeof value, "%a", *s.monitored);
-  std::ostringstream out;
-  out << "format " << kCheckpointFormat << "\nkiln " << KILN_VERSION << "\nepoch " << s.position.epoch
-      << "\nnext_batch " << s.position.next_batch << "\nglobal_step " << s.position.global_step
-      << "\nmonitor " << s.monitor << "\nmonitored " << value << "\n";
-  return out.str();
-}
-
 // The optimizer's per-parameter state, as tensor sections "optim/<i>/<field>".
 void save_optimizer(CheckpointWriter& writer, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params) {
   auto& states = optimizer.state();
@@ -216,7 +177,7 @@ void restore_optimizer(const CheckpointFile& file, torch::optim::Optimizer& opti
 
 void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
   CheckpointWriter writer(file);
-  writer.add("meta", meta_text(s));
+  writer.add("meta", meta_text(s.position, s.monitor, s.monitored));
   writer.add("manifest", s.manifest_text);
   for (const auto& [name, t] : *s.params) add_tensor(writer, "param/" + name, t);
   for (const auto& [name, t] : *s.buffers) add_tensor(writer, "buffer/" + name, t);
@@ -232,26 +193,6 @@ void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
   writer.add("metrics/pending", s.metrics_pending);
   writer.add("metrics/csv", s.csv);
   writer.commit();
-}
-
-CheckpointMeta read_meta(const CheckpointFile& file) {
-  CheckpointMeta meta;
-  const std::string_view text = file.section("meta");
-  for (size_t at = 0; at < text.size();) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    const std::string_view line = text.substr(at, end - at);
-    at = end + 1;
-    const size_t space = line.find(' ');
-    const std::string_view key = line.substr(0, space);
-    const std::string_view value = space == std::string_view::npos ? "" : line.substr(space + 1);
-    if (key == "epoch") meta.position.epoch = parse_count(file, "the epoch in its metadata", value);
-    else if (key == "next_batch") meta.position.next_batch = parse_count(file, "the batch in its metadata", value);
-    else if (key == "global_step") meta.position.global_step = parse_count(file, "the global step in its metadata", value);
-    else if (key == "monitor") meta.monitor = std::string(value);
-    else if (key == "monitored" && !value.empty()) meta.monitored = std::strtod(std::string(value).c_str(), nullptr);
-    else if (key == "kiln") meta.kiln_version = std::string(value);
-  }
-  return meta;
 }
 
 void restore_run_state(const CheckpointFile& file, RunStateView& s) {
@@ -301,61 +242,6 @@ void restore_run_state(const CheckpointFile& file, RunStateView& s) {
   s.metrics_latest = std::string(file.section("metrics/latest"));
   s.metrics_pending = std::string(file.section("metrics/pending"));
   s.csv = std::string(file.section("metrics/csv"));
-}
-
-}  // namespace kiln
-
-namespace kiln {
-
-void link_checkpoint(const std::filesystem::path& existing, const std::filesystem::path& final) {
-  const std::filesystem::path dir = final.parent_path();
-  const std::filesystem::path temporary = dir / ("." + final.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  std::error_code ec;
-  std::filesystem::remove(temporary, ec);
-  std::filesystem::create_hard_link(existing, temporary);
-  std::filesystem::rename(temporary, final, ec);
-  if (ec) {
-    std::filesystem::remove(temporary);
-    throw std::runtime_error("cannot publish " + final.string() + ": " + ec.message());
-  }
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw std::runtime_error("cannot fsync " + dir.string());
-  }
-  ::close(fd);
-}
-
-std::filesystem::path resolve_resume(const std::string& spec, const std::filesystem::path& dir,
-                                     const std::string& monitor, const std::string& mode) {
-  if (spec != "last" && spec != "best") {
-    if (auto problem = CheckpointFile::check(spec)) throw InputError("--resume: " + *problem);
-    return spec;
-  }
-  std::vector<CheckpointInfo> valid;
-  std::error_code ec;
-  if (std::filesystem::is_directory(dir, ec)) {
-    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.path().extension() != ".ckpt" || name.front() == '.') continue;
-      // One read validates (checksum included) and yields the metadata.
-      CheckpointMeta meta;
-      try {
-        meta = read_meta(CheckpointFile::read(entry.path()));
-      } catch (const CheckpointError& e) {
-        spdlog::warn("--resume {}: skipping {}", spec, e.what());
-        continue;
-      }
-      valid.push_back(CheckpointInfo{entry.path(), meta.position.epoch, meta.position.global_step, meta.monitored,
-                                     name == "last.ckpt"});
-    }
-  }
-  const RetentionPolicy policy{monitor, mode, 1};
-  const auto chosen = spec == "last" ? pick_last(valid) : pick_best(valid, policy);
-  if (!chosen) throw InputError("--resume " + spec + ": no valid checkpoint in " + dir.string());
-  const bool fell_back = spec == "last" && !chosen->is_last;
-  if (fell_back) spdlog::warn("--resume last: last.ckpt is missing or invalid; using {}", chosen->path.string());
-  return chosen->path;
 }
 
 }  // namespace kiln

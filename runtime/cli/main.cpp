@@ -20,7 +20,8 @@
 
 #include "config/manifest.hpp"
 #include "ckpt/checkpoint_file.hpp"
-#include "ckpt/run_state.hpp"
+#include "ckpt/checkpoint_dir.hpp"
+#include "ckpt/checkpoint_meta.hpp"
 #include "dist/launch_env.hpp"
 #include "dist/heartbeat.hpp"
 #include "dist/supervisor.hpp"
@@ -116,8 +117,8 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
   std::optional<std::filesystem::path> resume_file;
   if (!resume.empty()) {
-    resume_file = kiln::resolve_resume(resume, manifest.checkpoint.dir, manifest.checkpoint.monitor,
-                                       manifest.checkpoint.mode);
+    resume_file = kiln::resolve_resume(resume, manifest.checkpoint.dir,
+                                       kiln::RetentionPolicy{manifest.checkpoint.monitor, manifest.checkpoint.mode, 1});
   }
 
   const std::optional<kiln::DistEnv> launched = kiln::detect_launcher(kiln::process_environment());

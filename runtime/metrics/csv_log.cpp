@@ -1,5 +1,7 @@
 #include "metrics/csv_log.hpp"
 
+#include "util/durable_file.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -63,15 +65,6 @@ void CsvLog::restore(const std::string& text) {
   }
 }
 
-void CsvLog::write() const {
-  const std::filesystem::path temporary = file_.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + temporary.string());
-    out << text();
-    if (!out.flush()) throw std::runtime_error("cannot write " + temporary.string());
-  }
-  std::filesystem::rename(temporary, file_);
-}
+void CsvLog::write() const { write_file_durably(file_, text()); }
 
 }  // namespace kiln

@@ -1,6 +1,6 @@
 // metrics.csv in the run directory: one row per epoch (and one for a test or
 // validate run), one column per metric. The file is rewritten whole, through a
-// temporary and a rename, whenever a row is added, so a crash never leaves a
+// durable temporary and a rename (util/durable_file), whenever a row is added, so a crash never leaves a
 // torn file and a metric that first appears late still gets its column.
 #pragma once
 

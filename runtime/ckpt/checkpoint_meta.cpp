@@ -1,0 +1,68 @@
+#include "ckpt/checkpoint_meta.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <system_error>
+
+namespace kiln {
+
+std::string shown(std::string_view text) {
+  std::string out = "'";
+  for (size_t i = 0; i < text.size() && i < 40; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    }
+  }
+  return out + (text.size() > 40 ? "...'" : "'");
+}
+
+// Anything std::stoll would throw std::invalid_argument for is a
+// CheckpointError here: a damaged file is bad input, never a crash.
+int64_t parse_count(const CheckpointFile& file, const std::string& what, std::string_view text) {
+  int64_t value = -1;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < 0)
+    throw CheckpointError(file.path().string() + ": " + what + " is not a non-negative integer (" + shown(text) +
+                          ")");
+  return value;
+}
+
+std::string meta_text(const TrainPosition& position, const std::string& monitor, std::optional<double> monitored) {
+  char value[64] = "";
+  if (monitored) std::snprintf(value, sizeof value, "%a", *monitored);
+  std::ostringstream out;
+  out << "format " << kCheckpointFormat << "\nkiln " << KILN_VERSION << "\nepoch " << position.epoch
+      << "\nnext_batch " << position.next_batch << "\nglobal_step " << position.global_step << "\nmonitor "
+      << monitor << "\nmonitored " << value << "\n";
+  return out.str();
+}
+
+CheckpointMeta read_meta(const CheckpointFile& file) {
+  CheckpointMeta meta;
+  const std::string_view text = file.section("meta");
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    const size_t space = line.find(' ');
+    const std::string_view key = line.substr(0, space);
+    const std::string_view value = space == std::string_view::npos ? "" : line.substr(space + 1);
+    if (key == "epoch") meta.position.epoch = parse_count(file, "the epoch in its metadata", value);
+    else if (key == "next_batch") meta.position.next_batch = parse_count(file, "the batch in its metadata", value);
+    else if (key == "global_step") meta.position.global_step = parse_count(file, "the global step in its metadata", value);
+    else if (key == "monitor") meta.monitor = std::string(value);
+    else if (key == "monitored" && !value.empty()) meta.monitored = std::strtod(std::string(value).c_str(), nullptr);
+    else if (key == "kiln") meta.kiln_version = std::string(value);
+  }
+  return meta;
+}
+
+}  // namespace kiln

@@ -1,0 +1,69 @@
+// Typed faces of the created plugins: the loops call these, never a
+// kiln_*_hooks table, and never check a hook's result by hand. Each call is
+// marked for the heartbeat (util/activity) and turns a plugin's error into a
+// HookError naming plugin and hook.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/run_state.hpp"
+#include "plugin/plugin_instance.hpp"
+#include "train/loops/loop_parts.hpp"
+
+namespace kiln {
+
+class Activity;
+
+class ModelProxy final : public StepModel {
+ public:
+  ModelProxy(PluginInstance& model, Activity* activity) : model_(model), activity_(activity) {}
+
+  bool has_step(kiln_split split) const override;
+  at::Tensor training_step(kiln_batch& batch, int64_t batch_index) override;
+  void evaluation_step(kiln_split split, kiln_batch& batch, int64_t batch_index) override;
+  at::Tensor predict_step(kiln_batch& batch, int64_t batch_index) override;
+
+  // The model's parameters and buffers, as it reports them.
+  struct Tensors {
+    NamedTensors params, buffers;
+  };
+  Tensors parameters();
+
+  const std::string& id() const { return model_.id(); }
+
+ private:
+  PluginInstance& model_;
+  Activity* activity_;
+};
+
+class DataModuleProxy {
+ public:
+  explicit DataModuleProxy(PluginInstance& data) : data_(data) {}
+  int64_t length(kiln_split split);
+  [[noreturn]] void refuse(const std::string& hook, const std::string& message) const;
+  PluginInstance& instance() { return data_; }
+
+ private:
+  PluginInstance& data_;
+};
+
+class CallbackSet final : public EventSink {
+ public:
+  CallbackSet(const std::vector<std::unique_ptr<PluginInstance>>& callbacks, Activity* activity)
+      : callbacks_(callbacks), activity_(activity) {}
+  void notify(Event event, const kiln_progress& progress) override;
+
+ private:
+  const std::vector<std::unique_ptr<PluginInstance>>& callbacks_;
+  Activity* activity_;
+};
+
+// A plugin's own state (state_save / state_load), for checkpoints.
+std::map<std::string, std::string> save_plugin_state(const PluginInstance& plugin);
+void load_plugin_state(const PluginInstance& plugin, const std::map<std::string, std::string>& blobs);
+
+}  // namespace kiln

@@ -1,0 +1,53 @@
+#include "train/loops/evaluation_loop.hpp"
+
+#include <cmath>
+
+#include <spdlog/spdlog.h>
+#include <ATen/core/grad_mode.h>
+
+#include "train/progress.hpp"
+#include "util/errors.hpp"
+
+namespace kiln {
+
+std::string format_metrics(const std::map<std::string, double>& metrics) {
+  std::string out;
+  for (const auto& [name, value] : metrics) out += fmt::format("  {} {:.4f}", name, value);
+  return out;
+}
+
+EvaluationLoop::EvaluationLoop(LoopContext& context, kiln_split split, EpochSpec spec, bool standalone)
+    : context_(context), split_(split), spec_(spec), standalone_(standalone) {}
+
+std::map<std::string, double> EvaluationLoop::run(int64_t epoch) {
+  LoopContext& c = context_;
+  const bool is_val = split_ == KILN_SPLIT_VAL;
+  const kiln_stage stage = is_val ? (standalone_ ? KILN_STAGE_VALIDATE : KILN_STAGE_FIT) : KILN_STAGE_TEST;
+  if (c.data.length(split_) == 0) c.data.refuse_empty(split_, fmt::format("the {} split is empty", split_name(split_)));
+  if (is_val) c.events.notify(Event::validation_start, c.progress_at(stage, epoch, -1));
+  {
+    at::NoGradGuard no_grad;
+    std::unique_ptr<BatchStream> batches = c.data.open(split_, spec_, 0, 0);
+    const int64_t n = batches->size();
+    c.progress.begin(split_name(split_), n);
+    for (int64_t b = 0; b < n; ++b) {
+      c.control.check_signal();
+      BatchPtr batch = batches->next();
+      c.model.evaluation_step(split_, *batch, b);
+      c.progress.step(b, std::nan(""));
+    }
+    c.progress.end();
+  }
+  auto metrics = c.metrics.reduce();
+  if (standalone_ || !is_val) spdlog::info("{}:{}", split_name(split_), format_metrics(metrics));
+  c.events.notify(is_val ? Event::validation_end : Event::test_end, c.progress_at(stage, epoch, -1));
+  if (standalone_) {
+    auto row = metrics;
+    row["epoch"] = 0;
+    row["step"] = static_cast<double>(c.global_step);
+    c.control.log_row(row);
+  }
+  return metrics;
+}
+
+}  // namespace kiln

@@ -1,0 +1,30 @@
+// One pass over the validation or the test split (the same loop, parameterised
+// by split): no gradients, no shuffling, every sample counted once across
+// ranks, metrics reduced at the end. Used inside fit and by `kiln validate`
+// and `kiln test`.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "train/loops/loop_parts.hpp"
+
+namespace kiln {
+
+class EvaluationLoop {
+ public:
+  // `standalone`: `kiln validate|test` (its own stage, logs and a CSV row)
+  // rather than a pass inside fit.
+  EvaluationLoop(LoopContext& context, kiln_split split, EpochSpec spec, bool standalone);
+
+  // Runs the pass; `epoch` is the fit epoch it belongs to (for callbacks).
+  std::map<std::string, double> run(int64_t epoch = 0);
+
+ private:
+  LoopContext& context_;
+  kiln_split split_;
+  EpochSpec spec_;
+  bool standalone_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,44 @@
+// `kiln fit`: epochs of the training epoch loop, validation every
+// check_val_every_n_epoch epochs, epoch checkpoints, one metrics row per
+// epoch, until the stop condition names its reason; then the test split if
+// asked. Its position (the epoch) with the epoch loop's (the batch) is what a
+// checkpoint saves.
+#pragma once
+
+#include "train/loops/evaluation_loop.hpp"
+#include "train/loops/loop_parts.hpp"
+#include "train/loops/stop_condition.hpp"
+#include "train/loops/training_epoch_loop.hpp"
+
+namespace kiln {
+
+struct FitSettings {
+  TrainingSettings training;
+  EpochSpec val;
+  int64_t check_val_every_n_epoch = 1;  // 0: never
+  bool test_after_fit = false;
+  EpochSpec test;
+  int64_t checkpoint_every_n_epochs = 0;  // 0: no epoch checkpoints
+};
+
+class FitLoop {
+ public:
+  FitLoop(LoopContext& context, const FitSettings& settings, Optimization optimization, StopCondition& stop);
+
+  // Trains from `start` ({} for a fresh run; a checkpoint's position when
+  // resumed). Returns when the stop condition holds.
+  void run(const TrainPosition& start);
+
+  // Where a resumed run would continue.
+  TrainPosition position() const { return position_; }
+
+ private:
+  LoopContext& context_;
+  FitSettings settings_;
+  Optimization optimization_;
+  StopCondition& stop_;
+  TrainingEpochLoop epoch_loop_;
+  TrainPosition position_;
+};
+
+}  // namespace kiln

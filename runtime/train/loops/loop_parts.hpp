@@ -1,0 +1,142 @@
+// What the loops are made of: the interfaces they call, so that a loop can be
+// driven in-process by fakes (tests/unit/loops_test.cpp) as well as by the
+// host's plugin proxies (plugin/proxies.hpp) and run wiring (train/trainer).
+// Nothing here touches a kiln_*_hooks table or a process group.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "ckpt/checkpoint_meta.hpp"
+#include "config/manifest.hpp"
+#include "kiln/abi.h"
+#include "plugin/host_services.hpp"
+
+namespace kiln {
+
+class Progress;
+
+const char* split_name(kiln_split split);
+// "  name value  name value" for log lines.
+std::string format_metrics(const std::map<std::string, double>& metrics);
+
+// The model as the loops call it. The host's is ModelProxy (plugin/proxies).
+class StepModel {
+ public:
+  virtual ~StepModel() = default;
+  // Whether the model implements the step for `split` (train: training_step).
+  virtual bool has_step(kiln_split split) const = 0;
+  // The loss of one batch: a scalar that requires grad (checked here, so the
+  // loops never check a plugin's result by hand).
+  virtual at::Tensor training_step(kiln_batch& batch, int64_t batch_index) = 0;
+  // validation_step (KILN_SPLIT_VAL) or test_step (KILN_SPLIT_TEST).
+  virtual void evaluation_step(kiln_split split, kiln_batch& batch, int64_t batch_index) = 0;
+  virtual at::Tensor predict_step(kiln_batch& batch, int64_t batch_index) = 0;
+};
+
+// The callback hooks, as events (docs/hooks.md gives their order).
+enum class Event {
+  fit_start,
+  train_epoch_start,
+  train_batch_end,
+  train_epoch_end,
+  validation_start,
+  validation_end,
+  test_end,
+  fit_end,
+};
+const char* event_name(Event event);
+
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void notify(Event event, const kiln_progress& progress) = 0;
+};
+
+// How one split is read in an epoch.
+struct EpochSpec {
+  bool shuffle = false;
+  int64_t batch_size = 1;
+  BatchLimit limit;
+};
+
+// One epoch of one split, in the sampler's order.
+class BatchStream {
+ public:
+  virtual ~BatchStream() = default;
+  virtual int64_t size() const = 0;  // batches left to take
+  virtual BatchPtr next() = 0;
+};
+
+// The data module's splits as the loops read them: sampled, sharded, fetched.
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual int64_t length(kiln_split split) = 0;
+  // Batches this rank runs in one epoch of `split`.
+  virtual int64_t batches_per_epoch(kiln_split split, const EpochSpec& spec) = 0;
+  // Epoch `epoch` of `split`, from batch `first_batch` on (a resumed epoch).
+  virtual std::unique_ptr<BatchStream> open(kiln_split split, const EpochSpec& spec, int64_t epoch,
+                                            int64_t first_batch) = 0;
+  // Ends the run: `split` has no samples and the command needs some. The
+  // error names the data module (the host's throws HookError for `length`).
+  [[noreturn]] virtual void refuse_empty(kiln_split split, const std::string& message) = 0;
+};
+
+// Metrics: recorded along the way, reduced at fixed points (every rank
+// together when distributed).
+class MetricSink {
+ public:
+  virtual ~MetricSink() = default;
+  virtual void record(const char* name, double value, double weight, uint32_t flags) = 0;
+  // The host's own loss: a tensor, read back only at log points.
+  virtual void record_loss(const at::Tensor& loss, double weight) = 0;
+  virtual std::map<std::string, double> reduce() = 0;
+};
+
+// What every rank decides together at a stop vote.
+struct Votes {
+  bool stop = false;     // some rank's callback asked to stop
+  bool preempt = false;  // a preemption signal arrived on some rank
+};
+
+// The run around the loops: signals, votes, checkpoints, the metrics file.
+class RunControl {
+ public:
+  virtual ~RunControl() = default;
+  // Throws (exit 130) when SIGINT/SIGTERM arrived; outside vote points.
+  virtual void check_signal() = 0;
+  // Every rank's votes combined; throws when some rank was interrupted.
+  virtual Votes vote(const Votes& mine) = 0;
+  // Commits a checkpoint of the run at `position` on every rank together.
+  virtual std::filesystem::path save_checkpoint(const TrainPosition& position) = 0;
+  // A preemption: commits a checkpoint at `position`, then ends the run
+  // (throws RunAborted, KILN_FAILURE_PREEMPTED; exit 75).
+  [[noreturn]] virtual void preempted(const TrainPosition& position) = 0;
+  // One row of metrics.csv (written by rank 0 only).
+  virtual void log_row(const std::map<std::string, double>& row) = 0;
+};
+
+// The state the loops share.
+struct LoopContext {
+  StepModel& model;
+  BatchSource& data;
+  EventSink& events;
+  MetricSink& metrics;
+  Progress& progress;
+  RunControl& control;
+  int32_t rank = 0;
+  int32_t world_size = 1;
+  int64_t max_epochs = 1;
+  int64_t max_steps = -1;
+  int64_t global_step = 0;  // optimizer steps so far; counted by the training epoch loop
+
+  kiln_progress progress_at(kiln_stage stage, int64_t epoch, int64_t batch_index) const;
+};
+
+}  // namespace kiln

@@ -1,0 +1,61 @@
+// Why a fit ends: one place decides it and logs exactly one reason, the
+// first that holds (Lightning's fit loop keeps the same rule). Ranks stop
+// together: a callback's request or a preemption signal counts only after a
+// vote (RunControl::vote), which every rank takes at the same step.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "train/loops/loop_parts.hpp"
+
+namespace kiln {
+
+enum class StopReason {
+  max_epochs,  // [trainer] max_epochs reached
+  max_steps,   // [trainer] max_steps reached
+  requested,   // a callback on this rank asked to stop (request_stop)
+  agreed,      // a callback on another rank asked, and the ranks agreed
+  preempted,   // the preemption signal arrived (a checkpoint, then exit 75)
+};
+const char* stop_reason_name(StopReason reason);
+
+class StopCondition {
+ public:
+  // `vote_every_n_steps`: how often ranks vote inside an epoch (1 in a single
+  // process, where the "vote" is free).
+  StopCondition(int64_t max_epochs, int64_t max_steps, int64_t vote_every_n_steps);
+
+  // A callback's request_stop (any thread). Acted on at the next vote.
+  void request(const std::string& who, const std::string& why);
+  bool requested() const { return requested_.load(); }
+
+  // Before epoch `epoch` (0-based) starts: max_epochs.
+  std::optional<StopReason> before_epoch(int64_t epoch);
+  // After an optimizer step: max_steps, and at vote steps the vote.
+  std::optional<StopReason> after_step(RunControl& control, int64_t global_step);
+  // Between batches that end no optimizer step (gradient accumulation): in a
+  // single process a request is acted on at once, as before; ranks wait for
+  // their vote.
+  std::optional<StopReason> between_steps(bool single_process);
+  // After an epoch (`epochs_done` complete): the vote, max_steps, max_epochs.
+  std::optional<StopReason> after_epoch(RunControl& control, int64_t epochs_done, int64_t global_step);
+
+  // The reason the fit ended, once one held.
+  std::optional<StopReason> reason() const { return reason_; }
+  std::string describe() const;
+
+ private:
+  std::optional<StopReason> decide(std::optional<StopReason> reason);
+  std::optional<StopReason> take_vote(RunControl& control);
+
+  int64_t max_epochs_, max_steps_, vote_every_;
+  std::atomic<bool> requested_{false};
+  std::string requested_by_;
+  std::optional<StopReason> reason_;
+  int64_t at_step_ = 0, at_epochs_ = 0;
+};
+
+}  // namespace kiln

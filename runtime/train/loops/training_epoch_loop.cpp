@@ -1,0 +1,115 @@
+#include "train/loops/training_epoch_loop.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/types.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/optimizer.h>
+
+#include "dist/grad_sync.hpp"
+#include "plugin/host_objects.hpp"
+#include "train/optim.hpp"
+#include "train/progress.hpp"
+#include "util/errors.hpp"
+
+namespace kiln {
+
+namespace {
+
+int64_t batch_rows(const kiln_batch& batch) {
+  for (const auto& [name, tensor] : batch.tensors)
+    if (tensor.dim() > 0) return tensor.size(0);
+  return 1;
+}
+
+}  // namespace
+
+TrainingEpochLoop::TrainingEpochLoop(LoopContext& context, const TrainingSettings& settings,
+                                     Optimization optimization, StopCondition& stop)
+    : context_(context), settings_(settings), optimization_(optimization), stop_(stop) {}
+
+void TrainingEpochLoop::backward(const at::Tensor& loss, bool sync) {
+  GradSync* grad_sync = optimization_.grad_sync;
+  if (!grad_sync) {
+    loss.backward();
+    return;
+  }
+  grad_sync->before_backward(loss, sync);
+  // The Reducer all-reduces inside backward: its failures are a peer's.
+  try {
+    loss.backward();
+  } catch (const c10::Error& e) {
+    throw PeerFailure(std::string("gradient all-reduce failed (another rank failed or stopped responding): ") +
+                      e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw PeerFailure(std::string("gradient all-reduce failed (another rank failed or stopped responding): ") +
+                      e.what());
+  }
+}
+
+void TrainingEpochLoop::clip_gradients() {
+  const double clip = settings_.gradient_clip_val;
+  if (clip <= 0) return;
+  if (settings_.clip_by_value)
+    torch::nn::utils::clip_grad_value_(optimization_.trainable, clip);
+  else
+    torch::nn::utils::clip_grad_norm_(optimization_.trainable, clip);
+}
+
+TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_batch) {
+  LoopContext& c = context_;
+  auto& optimizer = optimization_.optimizer;
+  const bool single_process = c.world_size <= 1;
+  std::unique_ptr<BatchStream> batches = c.data.open(KILN_SPLIT_TRAIN, settings_.spec, epoch, first_batch);
+  const int64_t n = batches->size() + first_batch;
+  const int64_t accumulate = settings_.accumulate_grad_batches;
+  Result result;
+  result.batches = n;
+  c.progress.begin(fmt::format("epoch {}", epoch), n);
+  optimizer.zero_grad();
+  int64_t b = first_batch;
+  for (; b < n; ++b) {
+    if (single_process) c.control.check_signal();  // distributed: agreed on at the votes
+    BatchPtr batch = batches->next();
+    const int64_t rows = batch_rows(*batch);
+    result.samples += rows * c.world_size;
+    const bool boundary = (b + 1) % accumulate == 0 || b + 1 == n;
+
+    if (optimization_.grad_sync) optimization_.grad_sync->before_forward();
+    at::Tensor loss = c.model.training_step(*batch, b);
+    const double value = loss.item<double>();
+    c.metrics.record_loss(loss, static_cast<double>(rows));
+    backward(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss, /*sync=*/boundary);
+    loss = at::Tensor();
+    batch.reset();
+
+    std::optional<StopReason> stop;
+    if (boundary) {
+      clip_gradients();
+      optimizer.step();
+      optimizer.zero_grad();
+      ++c.global_step;
+      if (optimization_.schedule.per_step()) optimization_.schedule.apply(optimizer, c.global_step);
+      c.events.notify(Event::train_batch_end, c.progress_at(KILN_STAGE_FIT, epoch, b));
+    }
+    c.progress.step(b, value);
+    if (boundary) {
+      const TrainPosition here{epoch, b + 1, c.global_step};
+      if (settings_.checkpoint_every_n_steps > 0 && c.global_step % settings_.checkpoint_every_n_steps == 0)
+        c.control.save_checkpoint(here);
+      stop = stop_.after_step(c.control, c.global_step);
+      if (stop == StopReason::preempted) c.control.preempted(here);
+    } else {
+      stop = stop_.between_steps(single_process);
+    }
+    if (stop) {
+      result.stopped = true;
+      ++b;
+      break;
+    }
+  }
+  c.progress.end();
+  result.next_batch = b;
+  return result;
+}
+
+}  // namespace kiln

@@ -1,0 +1,63 @@
+// One training epoch: batches in the sampler's order, the training step,
+// backward (with the gradient all-reduce when distributed), gradient
+// accumulation, clipping, the optimizer and LR schedule, step checkpoints and
+// stop votes. Its position (epoch, next batch, global step) is what a
+// checkpoint saves and what a resumed epoch continues from.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "train/loops/loop_parts.hpp"
+#include "train/loops/stop_condition.hpp"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace kiln {
+
+class GradSync;
+class LrSchedule;
+
+struct TrainingSettings {
+  EpochSpec spec;
+  int64_t accumulate_grad_batches = 1;
+  double gradient_clip_val = 0.0;  // 0: off
+  bool clip_by_value = false;      // else by norm
+  int64_t checkpoint_every_n_steps = 0;  // 0: no step checkpoints
+};
+
+// What the loop steps. `grad_sync` is null in a single process.
+struct Optimization {
+  torch::optim::Optimizer& optimizer;
+  const LrSchedule& schedule;
+  const std::vector<at::Tensor>& trainable;
+  GradSync* grad_sync = nullptr;
+};
+
+class TrainingEpochLoop {
+ public:
+  TrainingEpochLoop(LoopContext& context, const TrainingSettings& settings, Optimization optimization,
+                    StopCondition& stop);
+
+  struct Result {
+    int64_t next_batch = 0;  // the batch a resumed run would run next
+    int64_t batches = 0;     // batches in the epoch
+    int64_t samples = 0;     // samples trained on, all ranks together
+    bool stopped = false;    // the stop condition ended the epoch early
+  };
+  // Runs epoch `epoch` from batch `first_batch`.
+  Result run(int64_t epoch, int64_t first_batch);
+
+ private:
+  void backward(const at::Tensor& loss, bool sync);
+  void clip_gradients();
+
+  LoopContext& context_;
+  TrainingSettings settings_;
+  Optimization optimization_;
+  StopCondition& stop_;
+};
+
+}  // namespace kiln
