@@ -227,7 +227,13 @@ void restore_run_state(const CheckpointFile& file, RunStateView& s) {
   std::memcpy(state.data_ptr(), rng.data.data(), rng.data.size());
   at::Generator generator = at::detail::getDefaultCPUGenerator();  // shares the default generator
   std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
+  // LibTorch checks the state's size and version; its refusal is a damaged
+  // checkpoint to report in one line, not a crash.
+  try {
+    generator.set_state(state);
+  } catch (const c10::Error& e) {
+    throw CheckpointError(where + ": the RNG state is not one this LibTorch accepts (" + e.what_without_backtrace() + ")");
+  }
 
   const CheckpointMeta meta = read_meta(file);
   s.position = meta.position;

@@ -27,11 +27,6 @@ std::string seconds(std::chrono::milliseconds t) {
   return text;
 }
 
-std::chrono::milliseconds remaining(ProcessGroup::Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - ProcessGroup::Clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
-}
-
 // `passthrough`: kiln's own errors (already one line naming the cause) pass unchanged.
 template <class F>
 auto collective(const char* what, F&& body, bool passthrough = false) -> decltype(body()) {
