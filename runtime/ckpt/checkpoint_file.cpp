@@ -60,25 +60,6 @@ std::string hex64(uint64_t v) {
   return text;
 }
 
-// A section name as it may appear in a one-line message: a corrupt file can
-// hold any bytes there, including newlines, so anything unprintable is
-// escaped and long names are cut.
-std::string printable(std::string_view name) {
-  constexpr size_t kShown = 80;
-  std::string out;
-  for (size_t i = 0; i < name.size() && i < kShown; ++i) {
-    const auto c = static_cast<unsigned char>(name[i]);
-    if (c >= 0x20 && c < 0x7F && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\x%02x", c);
-      out += esc;
-    }
-  }
-  if (name.size() > kShown) out += "...";
-  return out;
-}
 
 // --- RAII helpers. ----------------------------------------------------------
 
@@ -95,6 +76,22 @@ XxhState new_hash_state() {
 }
 
 }  // namespace
+
+std::string printable(std::string_view text, size_t shown) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      out += esc;
+    }
+  }
+  if (text.size() > shown) out += "...";
+  return out;
+}
 
 // ============================================================================
 // Fault injection

@@ -106,4 +106,9 @@ std::vector<std::filesystem::path> sweep_temporaries(const std::filesystem::path
 // ckpt:before_rename, ckpt:after_rename, ckpt:before_dir_fsync.
 void fault_point(const char* point);
 
+// Text from a checkpoint as it may appear in a one-line message: a corrupt
+// file can hold any bytes, including newlines, so anything unprintable is
+// escaped and text longer than `shown` characters is cut ("...").
+std::string printable(std::string_view text, size_t shown = 80);
+
 }  // namespace kiln

@@ -8,20 +8,7 @@
 
 namespace kiln {
 
-std::string shown(std::string_view text) {
-  std::string out = "'";
-  for (size_t i = 0; i < text.size() && i < 40; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7F && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\x%02x", c);
-      out += esc;
-    }
-  }
-  return out + (text.size() > 40 ? "...'" : "'");
-}
+std::string shown(std::string_view text) { return "'" + printable(text, 40) + "'"; }
 
 // Anything std::stoll would throw std::invalid_argument for is a
 // CheckpointError here: a damaged file is bad input, never a crash.
