@@ -15,6 +15,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "ckpt/checkpoint_file.hpp"
+#include "config/options.hpp"
 
 namespace kiln {
 
@@ -72,6 +73,6 @@ void link_checkpoint(const std::filesystem::path& existing, const std::filesyste
 // search `dir`, skipping (with a warning) files that fail validation; an
 // explicit path that fails validation is an InputError naming the problem.
 std::filesystem::path resolve_resume(const std::string& spec, const std::filesystem::path& dir,
-                                     const std::string& monitor, const std::string& mode);
+                                     const std::string& monitor, MonitorMode mode);
 
 }  // namespace kiln

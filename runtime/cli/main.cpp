@@ -31,6 +31,16 @@
 
 namespace {
 
+spdlog::level::level_enum spdlog_level(kiln::LogLevel level) {
+  switch (level) {
+    case kiln::LogLevel::debug: return spdlog::level::debug;
+    case kiln::LogLevel::info: return spdlog::level::info;
+    case kiln::LogLevel::warn: return spdlog::level::warn;
+    case kiln::LogLevel::error: return spdlog::level::err;
+  }
+  return spdlog::level::info;
+}
+
 void configure_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("kiln");
   spdlog::set_default_logger(logger);
@@ -110,7 +120,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
   const kiln::Manifest manifest =
       kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
-  spdlog::set_level(spdlog::level::from_str(manifest.run.log_level));
+  spdlog::set_level(spdlog_level(manifest.run.log_level));
   // Every plugin is checked here, once, before any worker starts.
   kiln::Loader loader;
   kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
@@ -148,7 +158,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   if (launched && launched->world_size > 1) {
     // Lightning prints from rank 0; other ranks say only what is wrong.
     spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launched->rank));
-    if (launched->rank != 0 && manifest.run.log_level != "debug") spdlog::set_level(spdlog::level::warn);
+    if (launched->rank != 0 && manifest.run.log_level != kiln::LogLevel::debug) spdlog::set_level(spdlog::level::warn);
   }
   const kiln::RunOutcome outcome = kiln::run(manifest, command, std::move(plugins), signal,
                                              launched ? &*launched : nullptr, resume_file, &heartbeat);
@@ -204,7 +214,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")
-      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+      ->check(CLI::IsMember(kiln::option_names<kiln::LogLevel>()));
 
   std::string manifest;
   std::vector<std::string> overrides;

@@ -137,8 +137,8 @@ class Run final : public RunServices {
     }
     // Lightning's fast_dev_run writes no checkpoints either.
     checkpointing_ = m_.checkpoint.enabled && command_ == Command::fit && t.fast_dev_run == 0;
-    if (m_.checkpoint.enabled && m_.checkpoint.preempt_signal != "none")
-      preempt_signal_ = m_.checkpoint.preempt_signal == "SIGUSR1" ? SIGUSR1 : SIGTERM;
+    if (m_.checkpoint.enabled && m_.checkpoint.preempt_signal != PreemptSignal::none)
+      preempt_signal_ = m_.checkpoint.preempt_signal == PreemptSignal::sigusr1 ? SIGUSR1 : SIGTERM;
     if (resume) resume_ = *resume;
   }
 
@@ -638,7 +638,7 @@ class Run final : public RunServices {
       return sampler_options(KILN_SPLIT_TRAIN, t.shuffle, t.batch_size, limit_train_, n).max_batches;
     }();
     const int64_t steps_per_epoch = (train_batches + t.accumulate_grad_batches - 1) / t.accumulate_grad_batches;
-    const bool per_step = m_.scheduler.interval == "step";
+    const bool per_step = m_.scheduler.interval == SchedulerInterval::step;
     int64_t total_periods = per_step ? (max_steps_ > 0 ? max_steps_ : steps_per_epoch * std::max<int64_t>(max_epochs_, 1))
                                      : std::max<int64_t>(max_epochs_, 1);
     LrSchedule schedule(m_.scheduler, m_.optimizer.lr, total_periods);
@@ -797,7 +797,7 @@ class Run final : public RunServices {
   void clip_gradients() {
     const double clip = m_.trainer.gradient_clip_val;
     if (clip <= 0) return;
-    if (m_.trainer.gradient_clip_algorithm == "value")
+    if (m_.trainer.gradient_clip_algorithm == GradientClipAlgorithm::value)
       torch::nn::utils::clip_grad_value_(trainable_, clip);
     else
       torch::nn::utils::clip_grad_norm_(trainable_, clip);
