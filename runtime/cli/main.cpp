@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/manifest.hpp"
+#include "config/manifest_reference.hpp"
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/run_state.hpp"
 #include "dist/launch_env.hpp"
@@ -253,6 +254,8 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("target", target, "a manifest (.toml), a plugin shared object or a checkpoint (.ckpt)")
       ->required();
   inspect_cmd->add_option("--set", overrides, "override a manifest key")->allow_extra_args(false);
+  CLI::App* reference_cmd = app.add_subcommand(
+      "manifest-reference", "print the reference of every manifest key (docs/manifest.md) as Markdown");
 
   try {
     app.parse(argc, argv);
@@ -261,7 +264,7 @@ int main(int argc, char** argv) {
     // Bad command lines get kiln's one line too, naming what was wrong.
     std::string what = kiln::one_line(e.what());
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty())
-      what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect)";
+      what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, manifest-reference)";
     std::cerr << "kiln: error: " << what << " (see kiln --help)" << std::endl;
     return kiln::kExitBadInput;
   }
@@ -278,6 +281,10 @@ int main(int argc, char** argv) {
   };
   try {
     if (inspect_cmd->parsed()) return inspect(target, overrides);
+    if (reference_cmd->parsed()) {
+      std::cout << kiln::manifest_reference_markdown() << std::flush;
+      return kiln::kExitOk;
+    }
     for (const auto& [sub, command] : commands)
       if (sub->parsed()) {
         const int code = run_command(command, manifest, overrides, processes, resume,

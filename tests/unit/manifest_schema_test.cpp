@@ -1,6 +1,7 @@
 // Unit tests for the manifest schema (runtime/config/manifest_schema.cpp):
-// each declared key is read, typed and bounded as declared. The messages
-// themselves are pinned in manifest_test.cpp.
+// each declared key is read, typed and bounded as declared, and
+// docs/manifest.md lists every key. The messages themselves are pinned in
+// manifest_test.cpp.
 #include "config/manifest_schema.hpp"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "config/manifest.hpp"
+#include "config/manifest_reference.hpp"
+#include "support/run_process.hpp"
 #include "util/errors.hpp"
 
 namespace fs = std::filesystem;
@@ -162,6 +165,23 @@ TEST_F(SchemaTest, SetTypesTheValueByTheSchema) {
   EXPECT_EQ(load(kMinimal, {"checkpoint.monitor=2024"}).checkpoint.monitor, "2024");
   EXPECT_EQ(error(kMinimal, {"scheduler.interval=1"}),
             "--set scheduler.interval=1: scheduler.interval must be 'epoch' or 'step', not '1'");
+}
+
+TEST(ManifestReference, ListsEveryKeyOfTheSchema) {
+  const std::string generated = manifest_reference_markdown();
+  std::ifstream committed_file(test::source_dir() / "docs" / "manifest.md");
+  ASSERT_TRUE(committed_file) << "docs/manifest.md is missing: build/bin/kiln manifest-reference > docs/manifest.md";
+  std::stringstream committed;
+  committed << committed_file.rdbuf();
+  for (const KeySchema* k : all_keys()) {
+    const std::string cell = "| `" + k->dotted() + "` |";
+    EXPECT_NE(generated.find(cell), std::string::npos) << k->dotted();
+    EXPECT_NE(committed.str().find(cell), std::string::npos)
+        << k->dotted() << " is not in docs/manifest.md: build/bin/kiln manifest-reference > docs/manifest.md";
+    if (k->kind == ValueKind::choice)
+      for (const auto& choice : k->choices) EXPECT_NE(generated.find("`\"" + choice + "\"`"), std::string::npos);
+  }
+  for (const KeySchema& k : plugin_host_keys()) EXPECT_NE(generated.find("| `" + k.key + "` |"), std::string::npos);
 }
 
 }  // namespace
