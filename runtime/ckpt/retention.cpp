@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <stdexcept>
 
 namespace kiln {
 namespace {
@@ -20,12 +19,6 @@ std::optional<double> rankable(const CheckpointInfo& c) {
 bool newer(const CheckpointInfo& a, const CheckpointInfo& b) {
   if (a.global_step != b.global_step) return a.global_step > b.global_step;
   return a.epoch > b.epoch;
-}
-
-bool maximizing(const RetentionPolicy& policy) {
-  if (policy.mode == "max") return true;
-  if (policy.mode == "min") return false;
-  throw std::invalid_argument("checkpoint retention mode must be \"min\" or \"max\", not \"" + policy.mode + "\"");
 }
 
 // a ranks strictly before b under the monitor: having a value beats not
@@ -51,7 +44,7 @@ std::vector<std::filesystem::path> to_delete(const std::vector<CheckpointInfo>& 
   // Any negative top-k keeps everything (-1 is the documented spelling).
   if (policy.save_top_k < 0) return {};
   const bool by_monitor = !policy.monitor.empty();
-  const bool maximize = by_monitor && maximizing(policy);
+  const bool maximize = by_monitor && policy.mode == MonitorMode::max;
 
   // Rank positions rather than copies, so the result keeps the input order.
   std::vector<size_t> order;
@@ -82,7 +75,7 @@ std::optional<CheckpointInfo> pick_last(const std::vector<CheckpointInfo>& valid
 
 std::optional<CheckpointInfo> pick_best(const std::vector<CheckpointInfo>& valid, const RetentionPolicy& policy) {
   const bool by_monitor = !policy.monitor.empty();
-  const bool maximize = by_monitor && maximizing(policy);
+  const bool maximize = by_monitor && policy.mode == MonitorMode::max;
 
   const CheckpointInfo* best_valued = nullptr;  // best by the monitor, among those with a value
   const CheckpointInfo* newest = nullptr;       // newest ranked checkpoint

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "config/options.hpp"
+
 namespace kiln {
 
 // What the directory scan knows of one committed checkpoint.
@@ -22,7 +24,7 @@ struct CheckpointInfo {
 
 struct RetentionPolicy {
   std::string monitor;       // "" = none: top-k keeps the newest k
-  std::string mode = "min";  // "min" | "max"
+  MonitorMode mode = MonitorMode::min;
   int64_t save_top_k = 1;    // -1 keeps all; 0 keeps none (only last)
 };
 

@@ -11,15 +11,15 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/sgd.h>
+
+#include "train/optim_registry.hpp"
 
 namespace kiln {
 
@@ -113,62 +113,56 @@ at::Tensor load_tensor(const CheckpointFile& file, const std::string& name, cons
   return t;
 }
 
-// The optimizer's per-parameter state, as tensor sections "optim/<i>/<field>".
+// The optimizer's per-parameter state, as sections "optim/<i>/<field>" with
+// the fields its registry entry gives.
 void save_optimizer(CheckpointWriter& writer, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params) {
+  const OptimizerEntry* entry = optimizer_entry_of(optimizer);
+  if (!entry) throw std::logic_error("checkpoint: the optimizer was not built by kiln's optimizer registry");
   auto& states = optimizer.state();
   for (size_t i = 0; i < params.size(); ++i) {
     auto it = states.find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
     if (it == states.end()) continue;  // no step taken yet for this parameter
     const std::string prefix = "optim/" + std::to_string(i) + "/";
-    if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
-      writer.add(prefix + "step", std::to_string(adam->step()));
-      add_tensor(writer, prefix + "exp_avg", adam->exp_avg());
-      add_tensor(writer, prefix + "exp_avg_sq", adam->exp_avg_sq());
-      if (adam->max_exp_avg_sq().defined()) add_tensor(writer, prefix + "max_exp_avg_sq", adam->max_exp_avg_sq());
-    } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
-      writer.add(prefix + "step", std::to_string(adamw->step()));
-      add_tensor(writer, prefix + "exp_avg", adamw->exp_avg());
-      add_tensor(writer, prefix + "exp_avg_sq", adamw->exp_avg_sq());
-      if (adamw->max_exp_avg_sq().defined()) add_tensor(writer, prefix + "max_exp_avg_sq", adamw->max_exp_avg_sq());
-    } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
-      if (sgd->momentum_buffer().defined()) add_tensor(writer, prefix + "momentum_buffer", sgd->momentum_buffer());
-      writer.add(prefix + "sgd", "");
-    }
+    const ParamStateFields fields = entry->save_state(*it->second);
+    for (const auto& [name, text] : fields.texts) writer.add(prefix + name, text);
+    for (const auto& [name, tensor] : fields.tensors) add_tensor(writer, prefix + name, tensor);
   }
 }
 
+// One parameter's "optim/<i>/" sections.
+class SectionFields : public ParamStateReader {
+ public:
+  SectionFields(const CheckpointFile& file, size_t index, const at::Tensor& param)
+      : file_(file), prefix_("optim/" + std::to_string(index) + "/"), param_(param) {}
+  bool has(const std::string& field) const override { return file_.has(prefix_ + field); }
+  at::Tensor tensor(const std::string& field) const override { return load_tensor(file_, prefix_ + field, param_); }
+  int64_t count(const std::string& field) const override {
+    return parse_count(file_, "section '" + prefix_ + field + "'", file_.section(prefix_ + field));
+  }
+
+ private:
+  const CheckpointFile& file_;
+  std::string prefix_;
+  const at::Tensor& param_;
+};
+
 void restore_optimizer(const CheckpointFile& file, torch::optim::Optimizer& optimizer,
                        const std::vector<at::Tensor>& params) {
+  const OptimizerEntry* entry = optimizer_entry_of(optimizer);
+  if (!entry) throw std::logic_error("checkpoint: the optimizer was not built by kiln's optimizer registry");
   auto& states = optimizer.state();
   states.clear();
-  const bool is_adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
-  const bool is_adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
   for (size_t i = 0; i < params.size(); ++i) {
-    const std::string prefix = "optim/" + std::to_string(i) + "/";
-    const std::string key = c10::guts::to_string(params[i].unsafeGetTensorImpl());
-    if (file.has(prefix + "step")) {
-      if (!is_adam && !is_adamw)
-        throw CheckpointError(file.path().string() + ": the checkpoint holds Adam state, but the optimizer is not Adam/AdamW");
-      const int64_t step = std::stoll(std::string(file.section(prefix + "step")));
-      auto restore = [&](auto state) {
-        state->step(step);
-        state->exp_avg(load_tensor(file, prefix + "exp_avg", params[i]));
-        state->exp_avg_sq(load_tensor(file, prefix + "exp_avg_sq", params[i]));
-        if (file.has(prefix + "max_exp_avg_sq"))
-          state->max_exp_avg_sq(load_tensor(file, prefix + "max_exp_avg_sq", params[i]));
-        states[key] = std::move(state);
-      };
-      if (is_adamw)
-        restore(std::make_unique<torch::optim::AdamWParamState>());
-      else
-        restore(std::make_unique<torch::optim::AdamParamState>());
-    } else if (file.has(prefix + "sgd")) {
-      if (dynamic_cast<torch::optim::SGD*>(&optimizer) == nullptr)
-        throw CheckpointError(file.path().string() + ": the checkpoint holds SGD state, but the optimizer is not SGD");
-      auto state = std::make_unique<torch::optim::SGDParamState>();
-      if (file.has(prefix + "momentum_buffer"))
-        state->momentum_buffer(load_tensor(file, prefix + "momentum_buffer", params[i]));
-      states[key] = std::move(state);
+    const SectionFields fields(file, i, params[i]);
+    if (fields.has(entry->state_marker)) {
+      states[c10::guts::to_string(params[i].unsafeGetTensorImpl())] = entry->load_state(fields);
+      continue;
+    }
+    for (const auto& other : optimizer_registry()) {
+      if (fields.has(other.state_marker))
+        throw CheckpointError(file.path().string() + ": the checkpoint holds " + other.state_name +
+                              " state, but the optimizer is " + option_name(entry->name) +
+                              " (optimizer.name differs from the checkpointed run's)");
     }
   }
 }

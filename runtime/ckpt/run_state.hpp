@@ -16,6 +16,7 @@
 
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_meta.hpp"
+#include "config/options.hpp"
 
 namespace kiln {
 

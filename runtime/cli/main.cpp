@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/manifest.hpp"
+#include "config/manifest_reference.hpp"
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_dir.hpp"
 #include "ckpt/checkpoint_meta.hpp"
@@ -31,6 +32,16 @@
 #include "util/signal_watcher.hpp"
 
 namespace {
+
+spdlog::level::level_enum spdlog_level(kiln::LogLevel level) {
+  switch (level) {
+    case kiln::LogLevel::debug: return spdlog::level::debug;
+    case kiln::LogLevel::info: return spdlog::level::info;
+    case kiln::LogLevel::warn: return spdlog::level::warn;
+    case kiln::LogLevel::error: return spdlog::level::err;
+  }
+  return spdlog::level::info;
+}
 
 void configure_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("kiln");
@@ -111,7 +122,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
   const kiln::Manifest manifest =
       kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
-  spdlog::set_level(spdlog::level::from_str(manifest.run.log_level));
+  spdlog::set_level(spdlog_level(manifest.run.log_level));
   // Every plugin is checked here, once, before any worker starts.
   kiln::Loader loader;
   kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
@@ -149,7 +160,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   if (launched && launched->world_size > 1) {
     // Lightning prints from rank 0; other ranks say only what is wrong.
     spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launched->rank));
-    if (launched->rank != 0 && manifest.run.log_level != "debug") spdlog::set_level(spdlog::level::warn);
+    if (launched->rank != 0 && manifest.run.log_level != kiln::LogLevel::debug) spdlog::set_level(spdlog::level::warn);
   }
   const kiln::RunOutcome outcome = kiln::run(manifest, command, std::move(plugins), signal,
                                              launched ? &*launched : nullptr, resume_file, &heartbeat);
@@ -205,7 +216,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "debug, info, warn or error")
-      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+      ->check(CLI::IsMember(kiln::option_names<kiln::LogLevel>()));
 
   std::string manifest;
   std::vector<std::string> overrides;
@@ -244,6 +255,8 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("target", target, "a manifest (.toml), a plugin shared object or a checkpoint (.ckpt)")
       ->required();
   inspect_cmd->add_option("--set", overrides, "override a manifest key")->allow_extra_args(false);
+  CLI::App* reference_cmd = app.add_subcommand(
+      "manifest-reference", "print the reference of every manifest key (docs/manifest.md) as Markdown");
 
   try {
     app.parse(argc, argv);
@@ -252,7 +265,7 @@ int main(int argc, char** argv) {
     // Bad command lines get kiln's one line too, naming what was wrong.
     std::string what = kiln::one_line(e.what());
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty())
-      what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect)";
+      what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, manifest-reference)";
     std::cerr << "kiln: error: " << what << " (see kiln --help)" << std::endl;
     return kiln::kExitBadInput;
   }
@@ -269,6 +282,10 @@ int main(int argc, char** argv) {
   };
   try {
     if (inspect_cmd->parsed()) return inspect(target, overrides);
+    if (reference_cmd->parsed()) {
+      std::cout << kiln::manifest_reference_markdown() << std::flush;
+      return kiln::kExitOk;
+    }
     for (const auto& [sub, command] : commands)
       if (sub->parsed()) {
         const int code = run_command(command, manifest, overrides, processes, resume,

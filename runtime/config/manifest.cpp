@@ -7,6 +7,8 @@
 // order they appear in the file, so the error a user sees is the first one.
 #include "config/manifest.hpp"
 
+#include "config/manifest_schema.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -14,7 +16,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -163,7 +164,6 @@ std::string non_ascii_outside_strings(std::string_view text) {
   }
   return "";
 }
-
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -378,15 +378,6 @@ struct Field {
     return v;
   }
 
-  int64_t integer_between(int64_t min, int64_t max) const {
-    const int64_t v = integer();
-    if (v < min || v > max) {
-      fail(name() + " must be between " + std::to_string(min) + " and " + std::to_string(max) + ", not " +
-           std::to_string(v));
-    }
-    return v;
-  }
-
   // An integer or a float, finite.
   double number() const {
     if (const auto* i = node.as_integer()) return static_cast<double>(i->get());
@@ -395,27 +386,6 @@ struct Field {
       return f->get();
     }
     wrong_type("a number", toml::node_type::floating_point);
-  }
-
-  double number_above(double min) const {
-    const double v = number();
-    if (!(v > min)) fail(name() + " must be > " + format_double(min) + ", not " + value_text(node));
-    return v;
-  }
-
-  double number_at_least(double min) const {
-    const double v = number();
-    if (v < min) fail(name() + " must be >= " + format_double(min) + ", not " + value_text(node));
-    return v;
-  }
-
-  double number_between(double min, double max) const {
-    const double v = number();
-    if (v < min || v > max) {
-      fail(name() + " must be between " + format_double(min) + " and " + format_double(max) + ", not " +
-           value_text(node));
-    }
-    return v;
   }
 
   bool boolean() const {
@@ -441,36 +411,6 @@ struct Field {
     }
     return v;
   }
-
-  // A directory or file, relative to the manifest's directory.
-  fs::path path_value() const { return ctx.resolve(nonempty_string()); }
-};
-
-// ---------------------------------------------------------------------------
-// Host-owned tables: one reader per key
-
-struct KeySpec {
-  std::string name;
-  std::function<void(const Field&)> read;
-};
-
-struct Section {
-  std::string name;
-  std::vector<KeySpec> keys;
-  const toml::table* table = nullptr;  // as found, for cross-key checks
-  KeyPath path() const { return {name}; }
-
-  std::vector<std::string> key_names() const {
-    std::vector<std::string> out;
-    for (const auto& k : keys) out.push_back(k.name);
-    return out;
-  }
-  const KeySpec* find(const std::string& key) const {
-    for (const auto& k : keys) {
-      if (k.name == key) return &k;
-    }
-    return nullptr;
-  }
 };
 
 // Entries of a table in the order they were written; entries an override
@@ -488,273 +428,172 @@ std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const 
   return entries;
 }
 
-const std::vector<std::string> kPluginTables = {"model", "data", "callbacks"};
 const std::vector<std::string> kAllTables = {"run",       "model",     "data",       "callbacks",  "trainer",
                                              "optimizer", "scheduler", "checkpoint", "distributed"};
+
+// ---------------------------------------------------------------------------
+// Host-owned values, checked as the schema declares them
+
+SchemaValue integer_value(const KeySchema& k, const Field& f) {
+  const int64_t v = f.integer();
+  if (k.int_min && k.int_max && (v < *k.int_min || v > *k.int_max)) {
+    f.fail(f.name() + " must be between " + std::to_string(*k.int_min) + " and " + std::to_string(*k.int_max) +
+           ", not " + std::to_string(v));
+  }
+  if (k.int_min && v < *k.int_min) f.fail(f.name() + " must be >= " + std::to_string(*k.int_min) + ", not " + std::to_string(v));
+  return v;
+}
+
+SchemaValue number_value(const KeySchema& k, const Field& f) {
+  const double v = f.number();
+  if (k.min && k.max && (v < *k.min || v > *k.max)) {
+    f.fail(f.name() + " must be between " + format_double(*k.min) + " and " + format_double(*k.max) + ", not " +
+           value_text(f.node));
+  }
+  if (k.min && k.min_exclusive && !(v > *k.min)) {
+    f.fail(f.name() + " must be > " + format_double(*k.min) + ", not " + value_text(f.node));
+  }
+  if (k.min && v < *k.min) f.fail(f.name() + " must be >= " + format_double(*k.min) + ", not " + value_text(f.node));
+  return v;
+}
+
+SchemaValue string_value(const KeySchema& k, const Field& f) {
+  std::string v = k.nonempty ? f.nonempty_string() : f.string();
+  if (k.refuse) {
+    if (const std::string why = k.refuse(f.name(), v); !why.empty()) f.fail(why);
+  }
+  if (k.kind == ValueKind::path) return f.ctx.resolve(v);
+  return v;
+}
+
+SchemaValue choice_value(const KeySchema& k, const Field& f) {
+  const std::string v = f.choice(k.choices);
+  return ChoiceIndex{static_cast<std::size_t>(std::find(k.choices.begin(), k.choices.end(), v) - k.choices.begin())};
+}
+
+// A count or a fraction (trainer.limit_*_batches).
+SchemaValue batch_limit_value(const Field& f) {
+  BatchLimit limit;
+  if (const auto* i = f.node.as_integer()) {
+    if (i->get() < 0) {
+      f.fail(f.name() + " must be a number of batches (an integer >= 0) or a fraction (a float in [0.0, 1.0]), not " +
+             std::to_string(i->get()));
+    }
+    limit.is_fraction = false;
+    limit.count = i->get();
+    return limit;
+  }
+  if (const auto* d = f.node.as_floating_point()) {
+    const double v = d->get();
+    if (!(v >= 0.0 && v <= 1.0)) {
+      std::string message = f.name() + " must be a fraction in [0.0, 1.0] (a float) or a number of batches (an integer), not " +
+                            format_double(v);
+      if (std::isfinite(v) && v > 1.0 && v == std::floor(v) && v < 1e15) {
+        message += " (write " + std::to_string(static_cast<long long>(v)) + " for a number of batches)";
+      }
+      f.fail(message);
+    }
+    limit.is_fraction = true;
+    limit.fraction = v;
+    return limit;
+  }
+  f.wrong_type("an integer (a number of batches) or a float in [0.0, 1.0] (a fraction)", toml::node_type::integer);
+}
+
+// true = 1 (trainer.fast_dev_run).
+SchemaValue flag_or_count_value(const Field& f) {
+  if (const auto* b = f.node.as_boolean()) return int64_t{b->get() ? 1 : 0};
+  if (f.node.is_integer()) return f.integer_at_least(0);
+  f.wrong_type("a boolean or an integer number of batches", toml::node_type::integer);
+}
+
+SchemaValue betas_value(const Field& f) {
+  const auto* array = f.node.as_array();
+  if (!array) f.wrong_type("an array of two numbers, e.g. [0.9, 0.999]", toml::node_type::array);
+  if (array->size() != 2) {
+    f.fail(f.name() + " must have two elements [beta1, beta2], e.g. [0.9, 0.999], not " + std::to_string(array->size()));
+  }
+  double betas[2];
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Field element{f.ctx, child(f.path, index_part(i)), *array->get(i)};
+    betas[i] = element.number();
+    if (betas[i] < 0.0 || betas[i] >= 1.0) {
+      element.fail(element.name() + " must be in [0, 1), not " + value_text(element.node));
+    }
+  }
+  return std::make_pair(betas[0], betas[1]);
+}
+
+SchemaValue checked_value(const KeySchema& k, const Field& f) {
+  switch (k.kind) {
+    case ValueKind::boolean: return f.boolean();
+    case ValueKind::integer: return integer_value(k, f);
+    case ValueKind::number: return number_value(k, f);
+    case ValueKind::string:
+    case ValueKind::path: return string_value(k, f);
+    case ValueKind::choice: return choice_value(k, f);
+    case ValueKind::batch_limit: return batch_limit_value(f);
+    case ValueKind::flag_or_count: return flag_or_count_value(f);
+    case ValueKind::betas: return betas_value(f);
+  }
+  f.fail(f.name() + " has no reader (a bug in kiln's manifest schema)");
+}
 
 struct Validator {
   Context& ctx;
   Manifest& m;
   const PluginSearchPath& search;
-  std::vector<Section> sections;
-  bool run_dir_set = false;
-  bool checkpoint_dir_set = false;
+  std::map<std::string, const toml::table*> host_tables;  // as found, for cross-key checks
   bool have_model = false;
   bool have_data = false;
 
   Validator(Context& context, Manifest& manifest, const PluginSearchPath& search_path)
-      : ctx(context), m(manifest), search(search_path) {
-    build_sections();
-  }
+      : ctx(context), m(manifest), search(search_path) {}
 
-  Section* section(const std::string& name) {
-    for (auto& s : sections) {
-      if (s.name == name) return &s;
-    }
-    return nullptr;
-  }
-
-  void build_sections() {
-    // [run]
-    sections.push_back({"run",
-                        {
-                            {"name",
-                             [this](const Field& f) {
-                               std::string v = f.nonempty_string();
-                               const bool control = std::any_of(v.begin(), v.end(), [](char c) {
-                                 return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-                               });
-                               if (control || v.find('/') != std::string::npos || v == "." || v == "..") {
-                                 f.fail(f.name() + " must be a plain name, not '" + v +
-                                        "' (it names the run's directory under runs/; use run.dir to choose "
-                                        "another directory)");
-                               }
-                               m.run.name = v;
-                             }},
-                            {"dir",
-                             [this](const Field& f) {
-                               m.run.dir = f.path_value();
-                               run_dir_set = true;
-                             }},
-                            {"seed", [this](const Field& f) { m.run.seed = static_cast<uint64_t>(f.integer_at_least(0)); }},
-                            {"deterministic", [this](const Field& f) { m.run.deterministic = f.boolean(); }},
-                            {"threads",
-                             [this](const Field& f) { m.run.threads = static_cast<int>(f.integer_between(0, 4096)); }},
-                            {"device",
-                             [this](const Field& f) {
-                               const std::string v = f.string();
-                               auto valid = [](const std::string& d) {
-                                 return d == "cpu" || d == "cuda" ||
-                                        (starts_with(d, "cuda:") && d.size() <= 9 && all_digits(d.substr(5)));
-                               };
-                               if (!valid(v)) {
-                                 std::string hint;
-                                 std::string folded = lower(v);
-                                 if (starts_with(folded, "gpu")) folded = "cuda" + folded.substr(3);
-                                 if (valid(folded)) {
-                                   hint = " (did you mean '" + folded + "'?)";
-                                 } else {
-                                   hint = detail::did_you_mean(v, {"cpu", "cuda"});
-                                 }
-                                 f.fail(f.name() + " must be 'cpu', 'cuda' or 'cuda:N' (N = device index), not '" +
-                                        v + "'" + hint);
-                               }
-                               m.run.device = v;
-                             }},
-                            {"log_level",
-                             [this](const Field& f) { m.run.log_level = f.choice({"debug", "info", "warn", "error"}); }},
-                        }});
-
-    // [trainer]
-    auto limit = [this](BatchLimit TrainerConfig::*member) {
-      return [this, member](const Field& f) { m.trainer.*member = batch_limit(f); };
-    };
-    sections.push_back(
-        {"trainer",
-         {
-             {"max_epochs", [this](const Field& f) { m.trainer.max_epochs = f.integer_at_least(-1); }},
-             {"max_steps", [this](const Field& f) { m.trainer.max_steps = f.integer_at_least(-1); }},
-             {"batch_size", [this](const Field& f) { m.trainer.batch_size = f.integer_at_least(1); }},
-             {"eval_batch_size", [this](const Field& f) { m.trainer.eval_batch_size = f.integer_at_least(0); }},
-             {"accumulate_grad_batches",
-              [this](const Field& f) { m.trainer.accumulate_grad_batches = f.integer_at_least(1); }},
-             {"gradient_clip_val", [this](const Field& f) { m.trainer.gradient_clip_val = f.number_at_least(0.0); }},
-             {"gradient_clip_algorithm",
-              [this](const Field& f) { m.trainer.gradient_clip_algorithm = f.choice({"norm", "value"}); }},
-             {"check_val_every_n_epoch",
-              [this](const Field& f) { m.trainer.check_val_every_n_epoch = f.integer_at_least(0); }},
-             {"limit_train_batches", limit(&TrainerConfig::limit_train_batches)},
-             {"limit_val_batches", limit(&TrainerConfig::limit_val_batches)},
-             {"limit_test_batches", limit(&TrainerConfig::limit_test_batches)},
-             {"limit_predict_batches", limit(&TrainerConfig::limit_predict_batches)},
-             {"fast_dev_run",
-              [this](const Field& f) {
-                if (const auto* b = f.node.as_boolean()) {
-                  m.trainer.fast_dev_run = b->get() ? 1 : 0;
-                } else if (f.node.is_integer()) {
-                  m.trainer.fast_dev_run = f.integer_at_least(0);
-                } else {
-                  f.wrong_type("a boolean or an integer number of batches", toml::node_type::integer);
-                }
-              }},
-             {"shuffle", [this](const Field& f) { m.trainer.shuffle = f.boolean(); }},
-             {"drop_last", [this](const Field& f) { m.trainer.drop_last = f.boolean(); }},
-             {"prefetch_threads",
-              [this](const Field& f) { m.trainer.prefetch_threads = static_cast<int>(f.integer_between(1, 1024)); }},
-             {"prefetch_depth",
-              [this](const Field& f) { m.trainer.prefetch_depth = static_cast<int>(f.integer_between(1, 65536)); }},
-             {"log_every_n_steps", [this](const Field& f) { m.trainer.log_every_n_steps = f.integer_at_least(1); }},
-             {"progress", [this](const Field& f) { m.trainer.progress = f.choice({"auto", "bar", "lines", "none"}); }},
-             {"test_after_fit", [this](const Field& f) { m.trainer.test_after_fit = f.boolean(); }},
-         }});
-
-    // [optimizer]
-    sections.push_back(
-        {"optimizer",
-         {
-             {"name", [this](const Field& f) { m.optimizer.name = f.choice({"sgd", "adam", "adamw"}); }},
-             {"lr", [this](const Field& f) { m.optimizer.lr = f.number_above(0.0); }},
-             {"weight_decay", [this](const Field& f) { m.optimizer.weight_decay = f.number_at_least(0.0); }},
-             {"momentum", [this](const Field& f) { m.optimizer.momentum = f.number_at_least(0.0); }},
-             {"nesterov", [this](const Field& f) { m.optimizer.nesterov = f.boolean(); }},
-             {"betas",
-              [this](const Field& f) {
-                const auto* array = f.node.as_array();
-                if (!array) f.wrong_type("an array of two numbers, e.g. [0.9, 0.999]", toml::node_type::array);
-                if (array->size() != 2) {
-                  f.fail(f.name() + " must have two elements [beta1, beta2], e.g. [0.9, 0.999], not " +
-                         std::to_string(array->size()));
-                }
-                double betas[2];
-                for (std::size_t i = 0; i < 2; ++i) {
-                  const Field element{ctx, child(f.path, index_part(i)), *array->get(i)};
-                  betas[i] = element.number();
-                  if (betas[i] < 0.0 || betas[i] >= 1.0) {
-                    element.fail(element.name() + " must be in [0, 1), not " + value_text(element.node));
-                  }
-                }
-                m.optimizer.beta1 = betas[0];
-                m.optimizer.beta2 = betas[1];
-              }},
-             {"eps", [this](const Field& f) { m.optimizer.eps = f.number_above(0.0); }},
-         }});
-
-    // [scheduler]
-    sections.push_back(
-        {"scheduler",
-         {
-             {"name",
-              [this](const Field& f) { m.scheduler.name = f.choice({"none", "step", "cosine", "linear_warmup"}); }},
-             {"interval", [this](const Field& f) { m.scheduler.interval = f.choice({"epoch", "step"}); }},
-             {"step_size", [this](const Field& f) { m.scheduler.step_size = f.integer_at_least(1); }},
-             {"gamma", [this](const Field& f) { m.scheduler.gamma = f.number_above(0.0); }},
-             {"t_max", [this](const Field& f) { m.scheduler.t_max = f.integer_at_least(0); }},
-             {"eta_min", [this](const Field& f) { m.scheduler.eta_min = f.number_at_least(0.0); }},
-             {"warmup_steps", [this](const Field& f) { m.scheduler.warmup_steps = f.integer_at_least(0); }},
-             {"warmup_start_factor",
-              [this](const Field& f) { m.scheduler.warmup_start_factor = f.number_between(0.0, 1.0); }},
-         }});
-
-    // [checkpoint]
-    sections.push_back(
-        {"checkpoint",
-         {
-             {"dir",
-              [this](const Field& f) {
-                m.checkpoint.dir = f.path_value();
-                checkpoint_dir_set = true;
-              }},
-             {"every_n_epochs", [this](const Field& f) { m.checkpoint.every_n_epochs = f.integer_at_least(0); }},
-             {"every_n_steps", [this](const Field& f) { m.checkpoint.every_n_steps = f.integer_at_least(0); }},
-             {"monitor", [this](const Field& f) { m.checkpoint.monitor = f.string(); }},
-             {"mode", [this](const Field& f) { m.checkpoint.mode = f.choice({"min", "max"}); }},
-             {"save_top_k", [this](const Field& f) { m.checkpoint.save_top_k = f.integer_at_least(-1); }},
-             {"save_last", [this](const Field& f) { m.checkpoint.save_last = f.boolean(); }},
-             {"enabled", [this](const Field& f) { m.checkpoint.enabled = f.boolean(); }},
-             {"preempt_signal",
-              [this](const Field& f) { m.checkpoint.preempt_signal = f.choice({"SIGTERM", "SIGUSR1", "none"}); }},
-         }});
-
-    // [distributed]
-    sections.push_back(
-        {"distributed",
-         {
-             {"processes", [this](const Field& f) { m.distributed.processes = f.integer_at_least(1); }},
-             {"backend", [this](const Field& f) { m.distributed.backend = f.choice({"auto", "gloo", "nccl"}); }},
-             {"timeout_s", [this](const Field& f) { m.distributed.timeout_s = f.number_above(0.0); }},
-             {"master_addr", [this](const Field& f) { m.distributed.master_addr = f.nonempty_string(); }},
-             {"master_port", [this](const Field& f) { m.distributed.master_port = f.integer_between(0, 65535); }},
-         }});
-  }
-
-  BatchLimit batch_limit(const Field& f) {
-    BatchLimit limit;
-    if (const auto* i = f.node.as_integer()) {
-      if (i->get() < 0) {
-        f.fail(f.name() + " must be a number of batches (an integer >= 0) or a fraction (a float in [0.0, 1.0]), not " +
-               std::to_string(i->get()));
-      }
-      limit.is_fraction = false;
-      limit.count = i->get();
-      return limit;
-    }
-    if (const auto* d = f.node.as_floating_point()) {
-      const double v = d->get();
-      if (!(v >= 0.0 && v <= 1.0)) {
-        std::string message = f.name() + " must be a fraction in [0.0, 1.0] (a float) or a number of batches (an integer), not " +
-                              format_double(v);
-        if (std::isfinite(v) && v > 1.0 && v == std::floor(v) && v < 1e15) {
-          message += " (write " + std::to_string(static_cast<long long>(v)) + " for a number of batches)";
-        }
-        f.fail(message);
-      }
-      limit.is_fraction = true;
-      limit.fraction = v;
-      return limit;
-    }
-    f.wrong_type("an integer (a number of batches) or a float in [0.0, 1.0] (a fraction)", toml::node_type::integer);
+  const toml::table* host_table(const std::string& name) const {
+    const auto it = host_tables.find(name);
+    return it == host_tables.end() ? nullptr : it->second;
   }
 
   // Which other host table knows `key` (for "it belongs in [optimizer]").
   std::string owner_of(const std::string& key, const std::string& except) const {
-    for (const auto& s : sections) {
-      if (s.name != except && s.find(key)) return s.name;
+    for (const auto& t : manifest_schema()) {
+      if (t.name != except && t.find(key)) return t.name;
     }
     return "";
   }
 
-  void check_host_table(Section& s, const toml::key& key, const toml::node& node) {
-    const KeyPath path = s.path();
+  void check_host_table(const TableSchema& schema, const toml::key& key, const toml::node& node) {
+    const KeyPath path{schema.name};
     const auto* table = node.as_table();
     if (!table) {
-      std::string message = "[" + s.name + "] must be a table, not " + std::string(type_phrase(node));
-      if (node.is_array()) message += " (write [" + s.name + "], not [[" + s.name + "]])";
+      std::string message = "[" + schema.name + "] must be a table, not " + std::string(type_phrase(node));
+      if (node.is_array()) message += " (write [" + schema.name + "], not [[" + schema.name + "]])";
       ctx.fail_at(path, table_source(node, key), message);
     }
-    s.table = table;
-    const std::vector<std::string> known = s.key_names();
+    host_tables[schema.name] = table;
+    const std::vector<std::string> known = schema.key_names();
     for (const auto& [k, v] : in_file_order(*table)) {
       const std::string name(k->str());
-      const KeySpec* spec = s.find(name);
+      const KeySchema* spec = schema.find(name);
       const KeyPath key_path = child(path, name);
       if (!spec) {
         std::string hint = suggest(name, known);
         if (hint.empty()) {
-          const std::string owner = owner_of(name, s.name);
+          const std::string owner = owner_of(name, schema.name);
           hint = owner.empty() ? " (known keys: " + join(known, ", ") + ")" : " (it belongs in [" + owner + "])";
         }
-        ctx.fail_at(key_path, k->source(), "unknown key '" + name + "' in [" + s.name + "]" + hint);
+        ctx.fail_at(key_path, k->source(), "unknown key '" + name + "' in [" + schema.name + "]" + hint);
       }
-      spec->read(Field{ctx, key_path, *v});
+      spec->store(m, checked_value(*spec, Field{ctx, key_path, *v}));
     }
   }
 
   // The position of `key` in a host table, or of the table, for cross-key checks.
-  std::string where_key(const std::string& section_name, const std::string& key) {
-    const Section* s = section(section_name);
-    if (s && s->table) {
-      if (const toml::node* node = s->table->get(key)) return ctx.where({section_name, key}, node->source());
-      return ctx.where({section_name}, s->table->source());
+  std::string where_key(const std::string& table_name, const std::string& key) {
+    if (const toml::table* table = host_table(table_name)) {
+      if (const toml::node* node = table->get(key)) return ctx.where({table_name, key}, node->source());
+      return ctx.where({table_name}, table->source());
     }
     return ctx.file;
   }
@@ -880,9 +719,9 @@ struct Validator {
         have_data = true;
       } else if (name == "callbacks") {
         check_callbacks(*k, *v);
-      } else if (Section* s = section(name)) {
-        if (name == "checkpoint") m.checkpoint.enabled = true;
-        check_host_table(*s, *k, *v);
+      } else if (const TableSchema* schema = find_table_schema(name)) {
+        if (name == "checkpoint") m.checkpoint.enabled = true;  // `enabled` may still turn it off
+        check_host_table(*schema, *k, *v);
       } else {
         const auto& source = table_source(*v, *k);
         if (v->is_table() || v->is_array()) {
@@ -908,18 +747,20 @@ struct Validator {
     }
 
     // Defaults that depend on other keys.
-    if (!run_dir_set) m.run.dir = (ctx.dir / "runs" / m.run.name).lexically_normal();
-    if (!checkpoint_dir_set) m.checkpoint.dir = m.run.dir / "checkpoints";
+    auto has_key = [&](const std::string& table, const std::string& key) {
+      const toml::table* t = host_table(table);
+      return t && t->contains(key);
+    };
+    if (!has_key("run", "dir")) m.run.dir = (ctx.dir / "runs" / m.run.name).lexically_normal();
+    if (!has_key("checkpoint", "dir")) m.checkpoint.dir = m.run.dir / "checkpoints";
 
     // Checks across keys.
     if (m.trainer.max_epochs == -1 && m.trainer.max_steps == -1) {
-      const Section* t = section("trainer");
-      const bool has_epochs = t && t->table && t->table->contains("max_epochs");
-      fail(where_key("trainer", has_epochs ? "max_epochs" : "max_steps") +
+      fail(where_key("trainer", has_key("trainer", "max_epochs") ? "max_epochs" : "max_steps") +
            ": trainer.max_epochs = -1 and trainer.max_steps = -1 would train forever: set max_epochs or "
            "max_steps to a limit");
     }
-    if (m.optimizer.name == "sgd" && m.optimizer.nesterov && m.optimizer.momentum <= 0.0) {
+    if (m.optimizer.name == OptimizerName::sgd && m.optimizer.nesterov && m.optimizer.momentum <= 0.0) {
       fail(where_key("optimizer", "nesterov") +
            ": optimizer.nesterov = true needs optimizer.momentum > 0 (set momentum, e.g. 0.9, or nesterov = false)");
     }
@@ -928,7 +769,7 @@ struct Validator {
            std::to_string(m.checkpoint.save_top_k) +
            " needs checkpoint.monitor to rank checkpoints by (set monitor = \"<metric>\", or save_top_k = 1)");
     }
-    if (m.distributed.backend == "nccl" && m.run.device == "cpu") {
+    if (m.distributed.backend == DistributedBackend::nccl && m.run.device == "cpu") {
       fail(where_key("distributed", "backend") +
            ": distributed.backend = 'nccl' needs a CUDA device (set run.device = \"cuda\", or backend = \"gloo\")");
     }
@@ -1001,22 +842,21 @@ std::vector<Segment> parse_override_key(const std::string& arg, const std::strin
   return segments;
 }
 
-// Host keys whose value is a string: `--set run.name=2024` means the string
-// "2024", not the integer.
-bool is_string_key(const KeyPath& path) {
-  static const std::vector<std::pair<std::string, std::string>> keys = {
-      {"run", "name"},           {"run", "dir"},           {"run", "device"},
-      {"run", "log_level"},      {"trainer", "gradient_clip_algorithm"},
-      {"trainer", "progress"},   {"optimizer", "name"},    {"scheduler", "name"},
-      {"scheduler", "interval"}, {"checkpoint", "dir"},    {"checkpoint", "monitor"},
-      {"checkpoint", "mode"},    {"distributed", "backend"}, {"distributed", "master_addr"},
-      {"model", "path"},         {"model", "id"},          {"data", "path"},
-      {"data", "id"}};
+// Whether the schema says the key takes a string: `--set run.name=2024` means
+// the string "2024", not the integer.
+bool takes_string(const KeyPath& path) {
+  auto plugin_string_key = [](const std::string& key) {
+    for (const auto& k : plugin_host_keys()) {
+      if (k.key == key) return k.takes_string();
+    }
+    return false;
+  };
   if (path.size() == 2) {
-    return std::find(keys.begin(), keys.end(), std::make_pair(path[0], path[1])) != keys.end();
+    if (path[0] == "model" || path[0] == "data") return plugin_string_key(path[1]);
+    const KeySchema* k = find_key_schema(path[0], path[1]);
+    return k && k->takes_string();
   }
-  return path.size() == 3 && path[0] == "callbacks" && starts_with(path[1], "[") &&
-         (path[2] == "path" || path[2] == "id");
+  return path.size() == 3 && path[0] == "callbacks" && starts_with(path[1], "[") && plugin_string_key(path[2]);
 }
 
 // The value of an override: TOML if it parses as one value, else the text.
@@ -1062,7 +902,7 @@ void apply_override(toml::table& root, const std::string& arg, Context& ctx) {
       }
       path.push_back(seg.name);
       if (last) {
-        if (is_string_key(path) && !value->is_string() && !value->is_array() && !value->is_table()) {
+        if (takes_string(path) && !value->is_string() && !value->is_array() && !value->is_table()) {
           table->insert_or_assign(seg.name, text);
         } else {
           table->insert_or_assign(seg.name, *value);

@@ -1,7 +1,11 @@
 // The run manifest: the TOML file a user hands to `kiln fit`. Parsing checks
-// every host-owned key (unknown keys get file:line:col and a suggestion, wrong
-// types name the expected type) and resolves plugin paths relative to the
-// manifest. Plugin tables pass through as TOML text for the plugin to read.
+// every host-owned key against the schema (config/manifest_schema.hpp:
+// unknown keys get file:line:col and a suggestion, wrong types name the
+// expected type) and resolves plugin paths relative to the manifest. Plugin
+// tables pass through as TOML text for the plugin to read.
+//
+// The member initializers below are the keys' defaults; docs/manifest.md
+// shows them.
 //
 // No LibTorch here: this header is included by the CLI and by tests.
 #pragma once
@@ -11,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "config/options.hpp"
 
 namespace kiln {
 
@@ -41,7 +47,7 @@ struct RunConfig {
   bool deterministic = false;
   int threads = 0;            // intra-op threads; 0 = all cores
   std::string device = "cpu"; // "cpu", "cuda", "cuda:N"
-  std::string log_level = "info";
+  LogLevel log_level = LogLevel::info;
 };
 
 struct TrainerConfig {
@@ -51,7 +57,7 @@ struct TrainerConfig {
   int64_t eval_batch_size = 0;      // 0 = batch_size
   int64_t accumulate_grad_batches = 1;
   double gradient_clip_val = 0.0;   // 0 = off
-  std::string gradient_clip_algorithm = "norm";  // "norm" | "value"
+  GradientClipAlgorithm gradient_clip_algorithm = GradientClipAlgorithm::norm;
   int64_t check_val_every_n_epoch = 1;           // 0 = never
   BatchLimit limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches;
   int64_t fast_dev_run = 0;         // N > 0: N batches of train/val/test, 1 epoch, no checkpoints
@@ -60,12 +66,12 @@ struct TrainerConfig {
   int prefetch_threads = 1;         // threads calling get_batch
   int prefetch_depth = 4;           // batches in flight
   int64_t log_every_n_steps = 50;
-  std::string progress = "auto";    // "auto" | "bar" | "lines" | "none"
+  ProgressMode progress = ProgressMode::automatic;
   bool test_after_fit = false;      // run the test split at the end of `kiln fit`
 };
 
 struct OptimizerConfig {
-  std::string name = "adam";        // "sgd" | "adam" | "adamw"
+  OptimizerName name = OptimizerName::adam;
   double lr = 1e-3;
   double weight_decay = 0.0;
   double momentum = 0.0;            // sgd
@@ -75,8 +81,8 @@ struct OptimizerConfig {
 };
 
 struct SchedulerConfig {
-  std::string name = "none";        // "none" | "step" | "cosine" | "linear_warmup"
-  std::string interval = "epoch";   // "epoch" | "step": when the scheduler advances
+  SchedulerName name = SchedulerName::none;
+  SchedulerInterval interval = SchedulerInterval::epoch;  // when the scheduler advances
   int64_t step_size = 10;           // step: periods between decays
   double gamma = 0.1;               // step: decay factor
   int64_t t_max = 0;                // cosine: periods to reach eta_min; 0 = whole run
@@ -91,18 +97,18 @@ struct CheckpointConfig {
   int64_t every_n_epochs = 1;
   int64_t every_n_steps = 0;
   std::string monitor;              // "" = none
-  std::string mode = "min";         // "min" | "max"
+  MonitorMode mode = MonitorMode::min;
   int64_t save_top_k = 1;
   bool save_last = true;
   bool enabled = false;
   // The signal that means "preempted: checkpoint now and exit 75" (SLURM and
-  // most schedulers send SIGTERM first). "none": it interrupts like SIGINT.
-  std::string preempt_signal = "SIGTERM";
+  // most schedulers send SIGTERM first). none: it interrupts like SIGINT.
+  PreemptSignal preempt_signal = PreemptSignal::sigterm;
 };
 
 struct DistributedConfig {
   int64_t processes = 1;
-  std::string backend = "auto";     // "auto" | "gloo" | "nccl"
+  DistributedBackend backend = DistributedBackend::automatic;
   double timeout_s = 60.0;          // every collective
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 0;          // 0 = pick a free one

@@ -46,8 +46,11 @@ auto collective(const char* what, F&& body, bool passthrough = false) -> decltyp
 }
 
 bool wants_nccl(const DistributedConfig& config, const std::string& device) {
-  if (config.backend == "nccl") return true;
-  if (config.backend == "gloo") return false;
+  switch (config.backend) {
+    case DistributedBackend::nccl: return true;
+    case DistributedBackend::gloo: return false;
+    case DistributedBackend::automatic: break;
+  }
   return device.rfind("cuda", 0) == 0;
 }
 

@@ -11,6 +11,7 @@
 
 namespace kiln {
 
+// Built by the optimizer's registry entry (train/optim_registry.hpp).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         const std::vector<at::Tensor>& parameters);
 

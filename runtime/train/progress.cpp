@@ -9,10 +9,13 @@
 
 namespace kiln {
 
-Progress::Mode Progress::mode_from(const std::string& setting) {
-  if (setting == "bar") return Mode::bar;
-  if (setting == "lines") return Mode::lines;
-  if (setting == "none") return Mode::none;
+Progress::Mode Progress::mode_from(ProgressMode setting) {
+  switch (setting) {
+    case ProgressMode::bar: return Mode::bar;
+    case ProgressMode::lines: return Mode::lines;
+    case ProgressMode::none: return Mode::none;
+    case ProgressMode::automatic: break;
+  }
   return isatty(STDERR_FILENO) ? Mode::bar : Mode::lines;
 }
 

@@ -7,13 +7,15 @@
 #include <map>
 #include <string>
 
+#include "config/options.hpp"
+
 namespace kiln {
 
 class Progress {
  public:
   enum class Mode { bar, lines, none };
-  // "auto" picks bar on a TTY and lines elsewhere.
-  static Mode mode_from(const std::string& setting);
+  // automatic picks bar on a TTY and lines elsewhere.
+  static Mode mode_from(ProgressMode setting);
 
   Progress(Mode mode, int64_t log_every_n_steps);
   void begin(const std::string& label, int64_t total_batches);

@@ -127,8 +127,8 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     stop_.emplace(max_epochs_, max_steps_, dist_ ? kAgreeEveryNSteps : 1);
     // Lightning's fast_dev_run writes no checkpoints either.
     checkpointing_ = m_.checkpoint.enabled && command_ == Command::fit && t.fast_dev_run == 0;
-    if (m_.checkpoint.enabled && m_.checkpoint.preempt_signal != "none")
-      preempt_signal_ = m_.checkpoint.preempt_signal == "SIGUSR1" ? SIGUSR1 : SIGTERM;
+    if (m_.checkpoint.enabled && m_.checkpoint.preempt_signal != PreemptSignal::none)
+      preempt_signal_ = m_.checkpoint.preempt_signal == PreemptSignal::sigusr1 ? SIGUSR1 : SIGTERM;
     if (resume) resume_ = *resume;
   }
 
@@ -341,7 +341,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     settings.training.spec = EpochSpec{t.shuffle, t.batch_size, limit_train_};
     settings.training.accumulate_grad_batches = t.accumulate_grad_batches;
     settings.training.gradient_clip_val = t.gradient_clip_val;
-    settings.training.clip_by_value = t.gradient_clip_algorithm == "value";
+    settings.training.clip_by_value = t.gradient_clip_algorithm == GradientClipAlgorithm::value;
     settings.training.checkpoint_every_n_steps = checkpointing_ ? m_.checkpoint.every_n_steps : 0;
     settings.val = EpochSpec{false, eval_batch_size(), limit_val_};
     settings.check_val_every_n_epoch = t.check_val_every_n_epoch;
@@ -353,7 +353,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
       batches_->refuse_empty(KILN_SPLIT_TRAIN, "the train split is empty; `kiln fit` needs samples");
     const int64_t train_batches = batches_->batches_per_epoch(KILN_SPLIT_TRAIN, settings.training.spec);
     const int64_t steps_per_epoch = (train_batches + t.accumulate_grad_batches - 1) / t.accumulate_grad_batches;
-    const bool per_step = m_.scheduler.interval == "step";
+    const bool per_step = m_.scheduler.interval == SchedulerInterval::step;
     const int64_t total_periods = per_step ? (max_steps_ > 0 ? max_steps_ : steps_per_epoch * std::max<int64_t>(max_epochs_, 1))
                                            : std::max<int64_t>(max_epochs_, 1);
     const LrSchedule schedule(m_.scheduler, m_.optimizer.lr, total_periods);

@@ -16,13 +16,21 @@ TEST(Cli, VersionNamesAbiAndLibTorch) {
 TEST(Cli, HelpListsTheCommands) {
   const ProcessResult r = kiln({"--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* command : {"fit", "validate", "test", "predict", "inspect"})
+  for (const char* command : {"fit", "validate", "test", "predict", "inspect", "manifest-reference"})
     EXPECT_NE(r.output.find(command), std::string::npos) << command;
 }
 
 TEST(Cli, UnknownCommandIsBadInput) {
   EXPECT_EQ(kiln({"frobnicate"}).exit_code, 2);
   EXPECT_EQ(kiln({}).exit_code, 2);
+}
+
+TEST(Cli, ManifestReferencePrintsEveryTable) {
+  const ProcessResult r = kiln({"manifest-reference"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("# Manifest reference\n", 0), 0u) << r.output;
+  for (const char* table : {"[run]", "[trainer]", "[optimizer]", "[scheduler]", "[checkpoint]", "[distributed]"})
+    EXPECT_NE(r.output.find(std::string("\n## ") + table + "\n"), std::string::npos) << table;
 }
 
 TEST(Cli, InspectAPluginLibrary) {

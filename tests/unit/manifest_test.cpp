@@ -196,7 +196,7 @@ master_port = 29500
   EXPECT_TRUE(m.run.deterministic);
   EXPECT_EQ(m.run.threads, 4);
   EXPECT_EQ(m.run.device, "cuda:1");
-  EXPECT_EQ(m.run.log_level, "debug");
+  EXPECT_EQ(m.run.log_level, kiln::LogLevel::debug);
 
   EXPECT_EQ(m.model.slot, "model");
   EXPECT_EQ(m.model.path_text, "kiln_mlp");
@@ -216,7 +216,7 @@ master_port = 29500
   EXPECT_EQ(m.trainer.eval_batch_size, 256);
   EXPECT_EQ(m.trainer.accumulate_grad_batches, 2);
   EXPECT_DOUBLE_EQ(m.trainer.gradient_clip_val, 1.5);
-  EXPECT_EQ(m.trainer.gradient_clip_algorithm, "value");
+  EXPECT_EQ(m.trainer.gradient_clip_algorithm, kiln::GradientClipAlgorithm::value);
   EXPECT_EQ(m.trainer.check_val_every_n_epoch, 2);
   EXPECT_TRUE(m.trainer.limit_train_batches.is_fraction);
   EXPECT_DOUBLE_EQ(m.trainer.limit_train_batches.fraction, 0.5);
@@ -232,10 +232,10 @@ master_port = 29500
   EXPECT_EQ(m.trainer.prefetch_threads, 3);
   EXPECT_EQ(m.trainer.prefetch_depth, 8);
   EXPECT_EQ(m.trainer.log_every_n_steps, 10);
-  EXPECT_EQ(m.trainer.progress, "lines");
+  EXPECT_EQ(m.trainer.progress, kiln::ProgressMode::lines);
   EXPECT_TRUE(m.trainer.test_after_fit);
 
-  EXPECT_EQ(m.optimizer.name, "sgd");
+  EXPECT_EQ(m.optimizer.name, kiln::OptimizerName::sgd);
   EXPECT_DOUBLE_EQ(m.optimizer.lr, 0.1);
   EXPECT_DOUBLE_EQ(m.optimizer.weight_decay, 1e-4);
   EXPECT_DOUBLE_EQ(m.optimizer.momentum, 0.9);
@@ -244,8 +244,8 @@ master_port = 29500
   EXPECT_DOUBLE_EQ(m.optimizer.beta2, 0.99);
   EXPECT_DOUBLE_EQ(m.optimizer.eps, 1e-6);
 
-  EXPECT_EQ(m.scheduler.name, "cosine");
-  EXPECT_EQ(m.scheduler.interval, "step");
+  EXPECT_EQ(m.scheduler.name, kiln::SchedulerName::cosine);
+  EXPECT_EQ(m.scheduler.interval, kiln::SchedulerInterval::step);
   EXPECT_EQ(m.scheduler.step_size, 3);
   EXPECT_DOUBLE_EQ(m.scheduler.gamma, 0.5);
   EXPECT_EQ(m.scheduler.t_max, 100);
@@ -258,12 +258,12 @@ master_port = 29500
   EXPECT_EQ(m.checkpoint.every_n_epochs, 0);
   EXPECT_EQ(m.checkpoint.every_n_steps, 500);
   EXPECT_EQ(m.checkpoint.monitor, "val_loss");
-  EXPECT_EQ(m.checkpoint.mode, "max");
+  EXPECT_EQ(m.checkpoint.mode, kiln::MonitorMode::max);
   EXPECT_EQ(m.checkpoint.save_top_k, 3);
   EXPECT_FALSE(m.checkpoint.save_last);
 
   EXPECT_EQ(m.distributed.processes, 4);
-  EXPECT_EQ(m.distributed.backend, "nccl");
+  EXPECT_EQ(m.distributed.backend, kiln::DistributedBackend::nccl);
   EXPECT_DOUBLE_EQ(m.distributed.timeout_s, 30.5);
   EXPECT_EQ(m.distributed.master_addr, "10.0.0.1");
   EXPECT_EQ(m.distributed.master_port, 29500);
@@ -288,7 +288,7 @@ TEST_F(ManifestTest, MinimalManifestGetsDefaults) {
   EXPECT_FALSE(m.run.deterministic);
   EXPECT_EQ(m.run.threads, 0);
   EXPECT_EQ(m.run.device, "cpu");
-  EXPECT_EQ(m.run.log_level, "info");
+  EXPECT_EQ(m.run.log_level, kiln::LogLevel::info);
 
   EXPECT_TRUE(m.callbacks.empty());
   EXPECT_EQ(m.model.config_toml.find_first_not_of(" \n"), std::string::npos) << m.model.config_toml;
@@ -300,7 +300,7 @@ TEST_F(ManifestTest, MinimalManifestGetsDefaults) {
   EXPECT_EQ(m.trainer.eval_batch_size, 0);
   EXPECT_EQ(m.trainer.accumulate_grad_batches, 1);
   EXPECT_EQ(m.trainer.gradient_clip_val, 0.0);
-  EXPECT_EQ(m.trainer.gradient_clip_algorithm, "norm");
+  EXPECT_EQ(m.trainer.gradient_clip_algorithm, kiln::GradientClipAlgorithm::norm);
   EXPECT_EQ(m.trainer.check_val_every_n_epoch, 1);
   for (const BatchLimit* l : {&m.trainer.limit_train_batches, &m.trainer.limit_val_batches,
                               &m.trainer.limit_test_batches, &m.trainer.limit_predict_batches}) {
@@ -314,26 +314,26 @@ TEST_F(ManifestTest, MinimalManifestGetsDefaults) {
   EXPECT_EQ(m.trainer.prefetch_threads, t.prefetch_threads);
   EXPECT_EQ(m.trainer.prefetch_depth, t.prefetch_depth);
   EXPECT_EQ(m.trainer.log_every_n_steps, 50);
-  EXPECT_EQ(m.trainer.progress, "auto");
+  EXPECT_EQ(m.trainer.progress, kiln::ProgressMode::automatic);
   EXPECT_FALSE(m.trainer.test_after_fit);
 
-  EXPECT_EQ(m.optimizer.name, "adam");
+  EXPECT_EQ(m.optimizer.name, kiln::OptimizerName::adam);
   EXPECT_EQ(m.optimizer.lr, o.lr);
   EXPECT_EQ(m.optimizer.beta1, 0.9);
   EXPECT_EQ(m.optimizer.beta2, 0.999);
   EXPECT_EQ(m.optimizer.eps, o.eps);
-  EXPECT_EQ(m.scheduler.name, "none");
-  EXPECT_EQ(m.scheduler.interval, "epoch");
+  EXPECT_EQ(m.scheduler.name, kiln::SchedulerName::none);
+  EXPECT_EQ(m.scheduler.interval, kiln::SchedulerInterval::epoch);
   EXPECT_EQ(m.scheduler.step_size, s.step_size);
 
   EXPECT_FALSE(m.checkpoint.enabled);
   EXPECT_EQ(m.checkpoint.dir, root_ / "runs" / "run" / "checkpoints");
-  EXPECT_EQ(m.checkpoint.mode, "min");
+  EXPECT_EQ(m.checkpoint.mode, kiln::MonitorMode::min);
   EXPECT_EQ(m.checkpoint.save_top_k, 1);
   EXPECT_TRUE(m.checkpoint.save_last);
 
   EXPECT_EQ(m.distributed.processes, 1);
-  EXPECT_EQ(m.distributed.backend, "auto");
+  EXPECT_EQ(m.distributed.backend, kiln::DistributedBackend::automatic);
   EXPECT_EQ(m.distributed.timeout_s, d.timeout_s);
   EXPECT_EQ(m.distributed.master_addr, "127.0.0.1");
   EXPECT_EQ(m.distributed.master_port, 0);

@@ -15,6 +15,7 @@
 
 namespace fs = std::filesystem;
 using kiln::CheckpointInfo;
+using kiln::MonitorMode;
 using kiln::RetentionPolicy;
 
 namespace {
@@ -36,7 +37,7 @@ CheckpointInfo last(int64_t epoch, int64_t step, std::optional<double> value = k
   return c;
 }
 
-RetentionPolicy policy(const std::string& monitor, const std::string& mode, int64_t top_k) {
+RetentionPolicy policy(const std::string& monitor, MonitorMode mode, int64_t top_k) {
   RetentionPolicy p;
   p.monitor = monitor;
   p.mode = mode;
@@ -86,79 +87,77 @@ const std::vector<CheckpointInfo> kThree = {ckpt("a", 0, 100, 0.1), ckpt("b", 1,
 INSTANTIATE_TEST_SUITE_P(
     Cases, ToDelete,
     ::testing::Values(
-        DeleteCase{"keep_all_with_minus_one", kThree, policy("loss", "min", -1), {}},
-        DeleteCase{"keep_all_without_monitor", kThree, policy("", "min", -1), {}},
-        DeleteCase{"top0_deletes_every_ranked", kThree, policy("loss", "min", 0), {"a", "b", "c"}},
-        DeleteCase{"top0_never_deletes_last", {ckpt("a", 0, 1, 1.0), last(0, 1, 1.0)}, policy("loss", "min", 0), {"a"}},
-        DeleteCase{"top1_min", kThree, policy("loss", "min", 1), {"b", "c"}},
-        DeleteCase{"top1_max", kThree, policy("loss", "max", 1), {"a", "b"}},
-        DeleteCase{"top3_keeps_three_of_three", kThree, policy("loss", "min", 3), {}},
+        DeleteCase{"keep_all_with_minus_one", kThree, policy("loss", MonitorMode::min, -1), {}},
+        DeleteCase{"keep_all_without_monitor", kThree, policy("", MonitorMode::min, -1), {}},
+        DeleteCase{"top0_deletes_every_ranked", kThree, policy("loss", MonitorMode::min, 0), {"a", "b", "c"}},
+        DeleteCase{"top0_never_deletes_last", {ckpt("a", 0, 1, 1.0), last(0, 1, 1.0)}, policy("loss", MonitorMode::min, 0), {"a"}},
+        DeleteCase{"top1_min", kThree, policy("loss", MonitorMode::min, 1), {"b", "c"}},
+        DeleteCase{"top1_max", kThree, policy("loss", MonitorMode::max, 1), {"a", "b"}},
+        DeleteCase{"top3_keeps_three_of_three", kThree, policy("loss", MonitorMode::min, 3), {}},
         DeleteCase{"top3_of_five_min",
                    {ckpt("s1", 0, 1, 5.0), ckpt("s2", 0, 2, 1.0), ckpt("s3", 0, 3, 4.0), ckpt("s4", 0, 4, 2.0),
                     ckpt("s5", 0, 5, 3.0)},
-                   policy("loss", "min", 3),
+                   policy("loss", MonitorMode::min, 3),
                    {"s1", "s3"}},
         DeleteCase{"top3_of_five_max",
                    {ckpt("s1", 0, 1, 5.0), ckpt("s2", 0, 2, 1.0), ckpt("s3", 0, 3, 4.0), ckpt("s4", 0, 4, 2.0),
                     ckpt("s5", 0, 5, 3.0)},
-                   policy("acc", "max", 3),
+                   policy("acc", MonitorMode::max, 3),
                    {"s2", "s4"}},
         DeleteCase{"tie_keeps_the_newer",
                    {ckpt("old", 0, 10, 0.5), ckpt("new", 1, 20, 0.5), ckpt("worse", 2, 30, 0.9)},
-                   policy("loss", "min", 1),
+                   policy("loss", MonitorMode::min, 1),
                    {"old", "worse"}},
         DeleteCase{"tie_keeps_the_newer_in_any_input_order",
                    {ckpt("new", 1, 20, 0.5), ckpt("old", 0, 10, 0.5)},
-                   policy("loss", "max", 1),
+                   policy("loss", MonitorMode::max, 1),
                    {"old"}},
         DeleteCase{"tie_on_step_keeps_the_higher_epoch",
                    {ckpt("e1", 1, 20, 0.5), ckpt("e2", 2, 20, 0.5)},
-                   policy("loss", "min", 1),
+                   policy("loss", MonitorMode::min, 1),
                    {"e1"}},
         DeleteCase{"missing_values_rank_worst_min",
                    {ckpt("none", 0, 40), ckpt("bad", 0, 10, 9.0), ckpt("good", 0, 20, 1.0)},
-                   policy("loss", "min", 2),
+                   policy("loss", MonitorMode::min, 2),
                    {"none"}},
         DeleteCase{"missing_values_rank_worst_max",
                    {ckpt("none", 0, 40), ckpt("low", 0, 10, -9.0), ckpt("high", 0, 20, 1.0)},
-                   policy("acc", "max", 2),
+                   policy("acc", MonitorMode::max, 2),
                    {"none"}},
         DeleteCase{"nan_ranks_like_missing",
                    {ckpt("nan", 0, 40, kNaN), ckpt("bad", 0, 10, 9.0), ckpt("good", 0, 20, 1.0)},
-                   policy("loss", "min", 2),
+                   policy("loss", MonitorMode::min, 2),
                    {"nan"}},
         DeleteCase{"all_missing_keeps_the_newest",
                    {ckpt("s1", 0, 10), ckpt("s3", 0, 30), ckpt("s2", 0, 20)},
-                   policy("loss", "min", 1),
+                   policy("loss", MonitorMode::min, 1),
                    {"s1", "s2"}},
         DeleteCase{"no_monitor_keeps_the_newest_k_ignoring_values",
                    {ckpt("s1", 0, 10, 0.0), ckpt("s3", 1, 30, 9.0), ckpt("s2", 0, 20, 5.0)},
-                   policy("", "min", 2),
+                   policy("", MonitorMode::min, 2),
                    {"s1"}},
-        DeleteCase{"no_monitor_top1", kThree, policy("", "max", 1), {"a", "b"}},
-        DeleteCase{"no_monitor_top3_of_three", kThree, policy("", "min", 3), {}},
+        DeleteCase{"no_monitor_top1", kThree, policy("", MonitorMode::max, 1), {"a", "b"}},
+        DeleteCase{"no_monitor_top3_of_three", kThree, policy("", MonitorMode::min, 3), {}},
         DeleteCase{"last_entry_is_never_deleted",
                    {last(2, 300, 99.0), ckpt("a", 0, 100, 0.1), ckpt("b", 1, 200, 0.3)},
-                   policy("loss", "min", 1),
+                   policy("loss", MonitorMode::min, 1),
                    {"b"}},
-        DeleteCase{"empty_input", {}, policy("loss", "min", 1), {}},
+        DeleteCase{"empty_input", {}, policy("loss", MonitorMode::min, 1), {}},
         DeleteCase{"infinities_rank_normally",
                    {ckpt("inf", 0, 10, std::numeric_limits<double>::infinity()), ckpt("one", 0, 5, 1.0)},
-                   policy("loss", "min", 1),
+                   policy("loss", MonitorMode::min, 1),
                    {"inf"}}),
     [](const ::testing::TestParamInfo<DeleteCase>& info) { return info.param.name; });
 
 TEST(ToDeleteOrder, ResultKeepsTheInputOrder) {
   const std::vector<CheckpointInfo> ranked = {ckpt("z", 0, 1, 3.0), ckpt("keep", 0, 2, 0.0), ckpt("a", 0, 3, 2.0)};
-  const std::vector<fs::path> out = kiln::to_delete(ranked, policy("loss", "min", 1));
+  const std::vector<fs::path> out = kiln::to_delete(ranked, policy("loss", MonitorMode::min, 1));
   EXPECT_EQ(out, (std::vector<fs::path>{"z", "a"}));
 }
 
-TEST(ToDeleteMode, UnknownModeIsRejectedWhenAMetricIsMonitored) {
-  EXPECT_THROW(kiln::to_delete(kThree, policy("loss", "minimum", 1)), std::invalid_argument);
-  EXPECT_THROW(kiln::pick_best(kThree, policy("loss", "Max", 1)), std::invalid_argument);
-  // Without a monitor the mode means nothing.
-  EXPECT_EQ(kiln::to_delete(kThree, policy("", "whatever", 3)).size(), 0u);
+// The mode is a MonitorMode: a mode other than min or max cannot be written.
+TEST(ToDeleteMode, WithoutAMonitorTheModeMeansNothing) {
+  EXPECT_EQ(kiln::to_delete(kThree, policy("", MonitorMode::max, 3)).size(), 0u);
 }
 
 // --- pick_last --------------------------------------------------------------------
@@ -212,34 +211,34 @@ TEST_P(PickBest, Picks) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, PickBest,
     ::testing::Values(
-        PickCase{"empty", {}, policy("loss", "min", 1), kNone},
-        PickCase{"min", kThree, policy("loss", "min", 1), std::string("a")},
-        PickCase{"max", kThree, policy("acc", "max", 1), std::string("c")},
+        PickCase{"empty", {}, policy("loss", MonitorMode::min, 1), kNone},
+        PickCase{"min", kThree, policy("loss", MonitorMode::min, 1), std::string("a")},
+        PickCase{"max", kThree, policy("acc", MonitorMode::max, 1), std::string("c")},
         PickCase{"tie_goes_to_the_newer_min",
                  {ckpt("new", 1, 20, 0.5), ckpt("old", 0, 10, 0.5), ckpt("worse", 2, 30, 0.9)},
-                 policy("loss", "min", 1), std::string("new")},
+                 policy("loss", MonitorMode::min, 1), std::string("new")},
         PickCase{"tie_goes_to_the_newer_max",
                  {ckpt("old", 0, 10, 0.9), ckpt("new", 1, 20, 0.9), ckpt("worse", 2, 30, 0.1)},
-                 policy("acc", "max", 1), std::string("new")},
+                 policy("acc", MonitorMode::max, 1), std::string("new")},
         PickCase{"step_tie_goes_to_higher_epoch", {ckpt("e2", 2, 20, 0.5), ckpt("e1", 1, 20, 0.5)},
-                 policy("loss", "min", 1), std::string("e2")},
+                 policy("loss", MonitorMode::min, 1), std::string("e2")},
         PickCase{"missing_values_are_skipped",
-                 {ckpt("none", 0, 99), ckpt("bad", 0, 10, 9.0), ckpt("good", 0, 20, 1.0)}, policy("loss", "min", 1),
+                 {ckpt("none", 0, 99), ckpt("bad", 0, 10, 9.0), ckpt("good", 0, 20, 1.0)}, policy("loss", MonitorMode::min, 1),
                  std::string("good")},
-        PickCase{"nan_is_skipped", {ckpt("nan", 0, 99, kNaN), ckpt("one", 0, 10, 1.0)}, policy("loss", "min", 1),
+        PickCase{"nan_is_skipped", {ckpt("nan", 0, 99, kNaN), ckpt("one", 0, 10, 1.0)}, policy("loss", MonitorMode::min, 1),
                  std::string("one")},
         PickCase{"no_values_means_newest", {ckpt("s1", 0, 10), ckpt("s3", 0, 30), ckpt("s2", 0, 20)},
-                 policy("loss", "min", 1), std::string("s3")},
+                 policy("loss", MonitorMode::min, 1), std::string("s3")},
         PickCase{"no_monitor_means_newest_ignoring_values",
                  {ckpt("good", 0, 10, 0.0), ckpt("newest", 0, 30, 9.0), ckpt("mid", 0, 20, 5.0)},
-                 policy("", "min", 1), std::string("newest")},
+                 policy("", MonitorMode::min, 1), std::string("newest")},
         PickCase{"last_is_not_ranked",
-                 {last(9, 900, 0.0), ckpt("a", 0, 100, 0.2), ckpt("b", 1, 200, 0.3)}, policy("loss", "min", 1),
+                 {last(9, 900, 0.0), ckpt("a", 0, 100, 0.2), ckpt("b", 1, 200, 0.3)}, policy("loss", MonitorMode::min, 1),
                  std::string("a")},
         PickCase{"last_is_not_the_newest_either", {last(9, 900), ckpt("a", 0, 100), ckpt("b", 1, 200)},
-                 policy("", "min", 1), std::string("b")},
-        PickCase{"only_last", {last(9, 900, 0.1)}, policy("loss", "min", 1), std::string("last.ckpt")},
-        PickCase{"only_last_without_monitor", {last(9, 900)}, policy("", "min", 1), std::string("last.ckpt")}),
+                 policy("", MonitorMode::min, 1), std::string("b")},
+        PickCase{"only_last", {last(9, 900, 0.1)}, policy("loss", MonitorMode::min, 1), std::string("last.ckpt")},
+        PickCase{"only_last_without_monitor", {last(9, 900)}, policy("", MonitorMode::min, 1), std::string("last.ckpt")}),
     [](const ::testing::TestParamInfo<PickCase>& info) { return info.param.name; });
 
 }  // namespace

@@ -7,7 +7,7 @@ namespace {
 
 TEST(LrSchedule, StepDecaysEveryStepSize) {
   SchedulerConfig c;
-  c.name = "step";
+  c.name = SchedulerName::step;
   c.step_size = 2;
   c.gamma = 0.5;
   LrSchedule s(c, 1.0, 10);
@@ -19,7 +19,7 @@ TEST(LrSchedule, StepDecaysEveryStepSize) {
 
 TEST(LrSchedule, CosineGoesFromBaseToEtaMin) {
   SchedulerConfig c;
-  c.name = "cosine";
+  c.name = SchedulerName::cosine;
   c.eta_min = 0.1;
   LrSchedule s(c, 1.0, 10);  // t_max = 0: the whole run
   EXPECT_DOUBLE_EQ(s.lr(0), 1.0);
@@ -30,7 +30,7 @@ TEST(LrSchedule, CosineGoesFromBaseToEtaMin) {
 
 TEST(LrSchedule, LinearWarmupRampsThenHolds) {
   SchedulerConfig c;
-  c.name = "linear_warmup";
+  c.name = SchedulerName::linear_warmup;
   c.warmup_steps = 4;
   c.warmup_start_factor = 0.0;
   LrSchedule s(c, 2.0, 100);
@@ -42,13 +42,13 @@ TEST(LrSchedule, LinearWarmupRampsThenHolds) {
 
 TEST(LrSchedule, AppliesToTheOptimizer) {
   SchedulerConfig c;
-  c.name = "step";
+  c.name = SchedulerName::step;
   c.step_size = 1;
   c.gamma = 0.1;
   LrSchedule s(c, 1.0, 10);
   auto w = torch::zeros({2}, torch::requires_grad());
   OptimizerConfig oc;
-  oc.name = "sgd";
+  oc.name = OptimizerName::sgd;
   oc.lr = 1.0;
   auto optimizer = make_optimizer(oc, {w});
   s.apply(*optimizer, 2);

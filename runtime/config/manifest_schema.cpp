@@ -1,0 +1,377 @@
+// Every host key of the manifest, declared once. A key's type follows the
+// Manifest member it fills (bool, integer, double, string, path, an enum of
+// config/options.hpp, BatchLimit); its default is that member's initializer.
+// Keys are listed in the order "known keys" messages and docs/manifest.md
+// show them.
+#include "config/manifest_schema.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "kiln/detail/suggest.hpp"
+
+namespace kiln {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+// How a member's type reads from and shows in the manifest.
+template <class T>
+struct MemberType;
+template <>
+struct MemberType<bool> {
+  static constexpr ValueKind kind = ValueKind::boolean;
+  static bool from(const SchemaValue& v) { return std::get<bool>(v); }
+  static std::string show(bool v) { return v ? "true" : "false"; }
+};
+template <>
+struct MemberType<int64_t> {
+  static constexpr ValueKind kind = ValueKind::integer;
+  static int64_t from(const SchemaValue& v) { return std::get<int64_t>(v); }
+  static std::string show(int64_t v) { return std::to_string(v); }
+};
+template <>
+struct MemberType<int> {  // bounded by the schema to fit
+  static constexpr ValueKind kind = ValueKind::integer;
+  static int from(const SchemaValue& v) { return static_cast<int>(std::get<int64_t>(v)); }
+  static std::string show(int v) { return std::to_string(v); }
+};
+template <>
+struct MemberType<uint64_t> {  // bounded by the schema to >= 0
+  static constexpr ValueKind kind = ValueKind::integer;
+  static uint64_t from(const SchemaValue& v) { return static_cast<uint64_t>(std::get<int64_t>(v)); }
+  static std::string show(uint64_t v) { return std::to_string(v); }
+};
+template <>
+struct MemberType<double> {
+  static constexpr ValueKind kind = ValueKind::number;
+  static double from(const SchemaValue& v) { return std::get<double>(v); }
+  static std::string show(double v) { return float_text(v); }
+};
+template <>
+struct MemberType<std::string> {
+  static constexpr ValueKind kind = ValueKind::string;
+  static std::string from(const SchemaValue& v) { return std::get<std::string>(v); }
+  static std::string show(const std::string& v) { return quoted(v); }
+};
+template <>
+struct MemberType<fs::path> {
+  static constexpr ValueKind kind = ValueKind::path;
+  static fs::path from(const SchemaValue& v) { return std::get<fs::path>(v); }
+  static std::string show(const fs::path& v) { return quoted(v.string()); }
+};
+template <>
+struct MemberType<BatchLimit> {
+  static constexpr ValueKind kind = ValueKind::batch_limit;
+  static BatchLimit from(const SchemaValue& v) { return std::get<BatchLimit>(v); }
+  static std::string show(const BatchLimit& v) {
+    return v.is_fraction ? float_text(v.fraction) : std::to_string(v.count);
+  }
+};
+
+// Declares the keys of one table, each bound to a member of `Section`.
+template <class Section>
+class TableDeclaration {
+ public:
+  TableDeclaration(std::string name, Section Manifest::*section, std::string doc) : section_(section) {
+    table_.name = std::move(name);
+    table_.doc = std::move(doc);
+  }
+
+  // A key filling `member`; its kind follows the member's type.
+  template <class T>
+  TableDeclaration& key(std::string name, T Section::*member, std::string doc) {
+    KeySchema k = declare(std::move(name), std::move(doc));
+    const auto section = section_;
+    if constexpr (std::is_enum_v<T>) {
+      k.kind = ValueKind::choice;
+      k.choices = option_names<T>();
+      k.store = [section, member](Manifest& m, const SchemaValue& v) {
+        (m.*section).*member = static_cast<T>(std::get<ChoiceIndex>(v).index);
+      };
+      k.show = [section, member](const Manifest& m) { return quoted(option_name((m.*section).*member)); };
+    } else {
+      k.kind = MemberType<T>::kind;
+      k.store = [section, member](Manifest& m, const SchemaValue& v) {
+        (m.*section).*member = MemberType<T>::from(v);
+      };
+      k.show = [section, member](const Manifest& m) { return MemberType<T>::show((m.*section).*member); };
+    }
+    table_.keys.push_back(std::move(k));
+    return *this;
+  }
+
+  // A key whose reading needs more than one member (optimizer.betas).
+  TableDeclaration& key(std::string name, ValueKind kind, std::function<void(Manifest&, const SchemaValue&)> store,
+                        std::function<std::string(const Manifest&)> show, std::string doc) {
+    KeySchema k = declare(std::move(name), std::move(doc));
+    k.kind = kind;
+    k.store = std::move(store);
+    k.show = std::move(show);
+    table_.keys.push_back(std::move(k));
+    return *this;
+  }
+
+  // Constraints on the key declared last.
+  // Integer bounds (int: a literal picks these, not the double ones).
+  TableDeclaration& at_least(int min) { return last().int_min = min, *this; }
+  TableDeclaration& between(int min, int max) { return last().int_min = min, last().int_max = max, *this; }
+  // Number bounds.
+  TableDeclaration& above(double min) { return last().min = min, last().min_exclusive = true, *this; }
+  TableDeclaration& at_least(double min) { return last().min = min, *this; }
+  TableDeclaration& between(double min, double max) { return last().min = min, last().max = max, *this; }
+  TableDeclaration& nonempty() { return last().nonempty = true, *this; }
+  TableDeclaration& kind(ValueKind kind) { return last().kind = kind, *this; }
+  TableDeclaration& refuse(decltype(KeySchema::refuse) check, std::string allowed) {
+    last().refuse = std::move(check);
+    last().allowed_text = std::move(allowed);
+    return *this;
+  }
+  TableDeclaration& default_text(std::string text) { return last().default_text = std::move(text), *this; }
+
+  TableSchema done() { return std::move(table_); }
+
+ private:
+  KeySchema declare(std::string name, std::string doc) {
+    KeySchema k;
+    k.table = table_.name;
+    k.key = std::move(name);
+    k.doc = std::move(doc);
+    return k;
+  }
+  KeySchema& last() { return table_.keys.back(); }
+
+  Section Manifest::*section_;
+  TableSchema table_;
+};
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// run.name names a directory under runs/.
+std::string refuse_run_name(const std::string& name, const std::string& v) {
+  const bool control =
+      std::any_of(v.begin(), v.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (!control && v.find('/') == std::string::npos && v != "." && v != "..") return "";
+  return name + " must be a plain name, not '" + v +
+         "' (it names the run's directory under runs/; use run.dir to choose another directory)";
+}
+
+// run.device: cpu, cuda or cuda:N — open-ended, so a string, not a closed set.
+std::string refuse_device(const std::string& name, const std::string& v) {
+  auto valid = [](const std::string& d) {
+    return d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() <= 9 && all_digits(d.substr(5)));
+  };
+  if (valid(v)) return "";
+  std::string folded = v;
+  for (char& c : folded) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (folded.rfind("gpu", 0) == 0) folded = "cuda" + folded.substr(3);
+  const std::string hint = valid(folded) ? " (did you mean '" + folded + "'?)" : detail::did_you_mean(v, {"cpu", "cuda"});
+  return name + " must be 'cpu', 'cuda' or 'cuda:N' (N = device index), not '" + v + "'" + hint;
+}
+
+std::vector<TableSchema> declare_schema() {
+  std::vector<TableSchema> tables;
+
+  TableDeclaration<RunConfig> run("run", &Manifest::run, "The run: its name, directory, seed and device");
+  run.key("name", &RunConfig::name, "names the run's directory, `runs/<name>` next to the manifest")
+      .nonempty()
+      .refuse(refuse_run_name, "a plain name: no `/`, not `.` or `..`");
+  run.key("dir", &RunConfig::dir, "the run directory (metrics.csv, checkpoints), relative to the manifest")
+      .nonempty()
+      .default_text("`runs/<run.name>` next to the manifest");
+  run.key("seed", &RunConfig::seed, "seeds the host's generator: sampling order and plugin randomness").at_least(0);
+  run.key("deterministic", &RunConfig::deterministic, "asks LibTorch for deterministic algorithms");
+  run.key("threads", &RunConfig::threads, "intra-op threads of the training step; 0 = all cores").between(0, 4096);
+  run.key("device", &RunConfig::device, "where the model and batches live")
+      .refuse(refuse_device, "`cpu`, `cuda`, `cuda:N`");
+  run.key("log_level", &RunConfig::log_level, "the host's log level");
+  tables.push_back(run.done());
+
+  TableDeclaration<TrainerConfig> trainer("trainer", &Manifest::trainer, "The loop: epochs, batches, clipping, output");
+  trainer.key("max_epochs", &TrainerConfig::max_epochs, "epochs to train; -1 = no limit (then set max_steps)")
+      .at_least(-1);
+  trainer.key("max_steps", &TrainerConfig::max_steps, "optimizer steps to train; -1 = no limit").at_least(-1);
+  trainer.key("batch_size", &TrainerConfig::batch_size, "samples per training batch").at_least(1);
+  trainer.key("eval_batch_size", &TrainerConfig::eval_batch_size,
+              "samples per validation, test and predict batch; 0 = batch_size")
+      .at_least(0);
+  trainer.key("accumulate_grad_batches", &TrainerConfig::accumulate_grad_batches,
+              "batches whose gradients add up to one optimizer step")
+      .at_least(1);
+  trainer.key("gradient_clip_val", &TrainerConfig::gradient_clip_val, "gradient clipping threshold; 0 = off")
+      .at_least(0.0);
+  trainer.key("gradient_clip_algorithm", &TrainerConfig::gradient_clip_algorithm,
+              "clip the gradients' total norm, or each value");
+  trainer.key("check_val_every_n_epoch", &TrainerConfig::check_val_every_n_epoch,
+              "validate every N epochs; 0 = never")
+      .at_least(0);
+  trainer.key("limit_train_batches", &TrainerConfig::limit_train_batches,
+              "training batches per epoch: a count, or a fraction of the split");
+  trainer.key("limit_val_batches", &TrainerConfig::limit_val_batches,
+              "validation batches: a count, or a fraction of the split");
+  trainer.key("limit_test_batches", &TrainerConfig::limit_test_batches,
+              "test batches: a count, or a fraction of the split");
+  trainer.key("limit_predict_batches", &TrainerConfig::limit_predict_batches,
+              "predict batches: a count, or a fraction of the split");
+  trainer.key("fast_dev_run", &TrainerConfig::fast_dev_run,
+              "N > 0 (true = 1): N batches of train, val and test, one epoch, no checkpoints")
+      .kind(ValueKind::flag_or_count);
+  trainer.key("shuffle", &TrainerConfig::shuffle, "a new sample order each epoch (from run.seed and the epoch)");
+  trainer.key("drop_last", &TrainerConfig::drop_last, "drop the last training batch when it is short");
+  trainer.key("prefetch_threads", &TrainerConfig::prefetch_threads, "host threads calling the data module's get_batch")
+      .between(1, 1024);
+  trainer.key("prefetch_depth", &TrainerConfig::prefetch_depth, "batches in flight ahead of the step")
+      .between(1, 65536);
+  trainer.key("log_every_n_steps", &TrainerConfig::log_every_n_steps, "progress lines every N steps")
+      .at_least(1);
+  trainer.key("progress", &TrainerConfig::progress, "auto: a bar on a terminal, lines elsewhere");
+  trainer.key("test_after_fit", &TrainerConfig::test_after_fit, "run the test split at the end of `kiln fit`");
+  tables.push_back(trainer.done());
+
+  TableDeclaration<OptimizerConfig> optimizer("optimizer", &Manifest::optimizer,
+                                              "The optimizer (built by runtime/train/optim_registry.cpp)");
+  optimizer.key("name", &OptimizerConfig::name, "which optimizer");
+  optimizer.key("lr", &OptimizerConfig::lr, "the base learning rate").above(0.0);
+  optimizer.key("weight_decay", &OptimizerConfig::weight_decay, "L2 penalty (decoupled for adamw)").at_least(0.0);
+  optimizer.key("momentum", &OptimizerConfig::momentum, "sgd only").at_least(0.0);
+  optimizer.key("nesterov", &OptimizerConfig::nesterov, "sgd only: Nesterov momentum (needs momentum > 0)");
+  optimizer.key(
+      "betas", ValueKind::betas,
+      [](Manifest& m, const SchemaValue& v) {
+        std::tie(m.optimizer.beta1, m.optimizer.beta2) = std::get<std::pair<double, double>>(v);
+      },
+      [](const Manifest& m) { return "[" + float_text(m.optimizer.beta1) + ", " + float_text(m.optimizer.beta2) + "]"; },
+      "adam and adamw: the running averages' coefficients [beta1, beta2]");
+  optimizer.key("eps", &OptimizerConfig::eps, "adam and adamw: added to the denominator").above(0.0);
+  tables.push_back(optimizer.done());
+
+  TableDeclaration<SchedulerConfig> scheduler("scheduler", &Manifest::scheduler,
+                                              "The learning-rate schedule: the rate of each period (an epoch or a step)");
+  scheduler.key("name", &SchedulerConfig::name, "which schedule; none keeps optimizer.lr");
+  scheduler.key("interval", &SchedulerConfig::interval, "the period: the schedule advances every epoch or every step");
+  scheduler.key("step_size", &SchedulerConfig::step_size, "step: periods between decays").at_least(1);
+  scheduler.key("gamma", &SchedulerConfig::gamma, "step: the decay factor").above(0.0);
+  scheduler.key("t_max", &SchedulerConfig::t_max, "cosine: periods to reach eta_min; 0 = the whole run")
+      .at_least(0);
+  scheduler.key("eta_min", &SchedulerConfig::eta_min, "cosine: the final learning rate").at_least(0.0);
+  scheduler.key("warmup_steps", &SchedulerConfig::warmup_steps,
+                "linear_warmup: periods of linear ramp up to optimizer.lr")
+      .at_least(0);
+  scheduler.key("warmup_start_factor", &SchedulerConfig::warmup_start_factor,
+                "linear_warmup: the ramp's first factor on optimizer.lr")
+      .between(0.0, 1.0);
+  tables.push_back(scheduler.done());
+
+  TableDeclaration<CheckpointConfig> checkpoint("checkpoint", &Manifest::checkpoint,
+                                                "Checkpoints, written when this table is present (docs/checkpoints.md)");
+  checkpoint.key("dir", &CheckpointConfig::dir, "where checkpoints go, relative to the manifest")
+      .nonempty()
+      .default_text("`<run.dir>/checkpoints`");
+  checkpoint.key("every_n_epochs", &CheckpointConfig::every_n_epochs, "a checkpoint every N epochs; 0 = none")
+      .at_least(0);
+  checkpoint.key("every_n_steps", &CheckpointConfig::every_n_steps, "a checkpoint every N optimizer steps; 0 = none")
+      .at_least(0);
+  checkpoint.key("monitor", &CheckpointConfig::monitor, "the metric ranking checkpoints; \"\" = none (newest first)");
+  checkpoint.key("mode", &CheckpointConfig::mode, "whether a lower or a higher monitor value is better");
+  checkpoint.key("save_top_k", &CheckpointConfig::save_top_k, "ranked checkpoints kept; -1 = all, 0 = only last.ckpt")
+      .at_least(-1);
+  checkpoint.key("save_last", &CheckpointConfig::save_last, "keep last.ckpt, the newest checkpoint");
+  checkpoint.key("enabled", &CheckpointConfig::enabled, "false turns checkpoints off with the table in place")
+      .default_text("true when [checkpoint] is present");
+  checkpoint.key("preempt_signal", &CheckpointConfig::preempt_signal,
+                 "the signal that means preempted: checkpoint, then exit 75; none: it interrupts");
+  tables.push_back(checkpoint.done());
+
+  TableDeclaration<DistributedConfig> distributed("distributed", &Manifest::distributed,
+                                                  "Several processes (docs/distributed.md)");
+  distributed.key("processes", &DistributedConfig::processes, "worker processes kiln starts on this machine")
+      .at_least(1);
+  distributed.key("backend", &DistributedConfig::backend, "the process group; auto: nccl on CUDA, gloo on CPU");
+  distributed.key("timeout_s", &DistributedConfig::timeout_s, "seconds every collective and the rendezvous may take")
+      .above(0.0);
+  distributed.key("master_addr", &DistributedConfig::master_addr, "the rendezvous address kiln's workers use")
+      .nonempty();
+  distributed.key("master_port", &DistributedConfig::master_port, "the rendezvous port; 0 = a free one")
+      .between(0, 65535);
+  tables.push_back(distributed.done());
+
+  return tables;
+}
+
+std::vector<KeySchema> declare_plugin_host_keys() {
+  KeySchema path;
+  path.key = "path";
+  path.kind = ValueKind::string;
+  path.nonempty = true;
+  path.allowed_text = "a plugin name (looked up on KILN_PLUGIN_PATH) or a path to a .so";
+  path.default_text = "required";
+  path.doc = "the plugin: a bare name is looked up; a path is relative to the manifest";
+  KeySchema id;
+  id.key = "id";
+  id.kind = ValueKind::string;
+  id.default_text = "`\"\"`";
+  id.doc = "which descriptor of the .so; \"\" = its only one";
+  return {path, id};
+}
+
+}  // namespace
+
+std::string float_text(double d) {
+  char buffer[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, d);
+    const bool exponent = std::strchr(buffer, 'e') != nullptr;
+    if (exponent && std::fabs(d) >= 1e-4 && std::fabs(d) < 1e15) continue;  // 60.0, not 6e+01
+    if (std::strtod(buffer, nullptr) == d) break;
+  }
+  std::string out = buffer;
+  if (out.find_first_of(".en") == std::string::npos) out += ".0";
+  return out;
+}
+
+const KeySchema* TableSchema::find(const std::string& key) const {
+  for (const auto& k : keys) {
+    if (k.key == key) return &k;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> TableSchema::key_names() const {
+  std::vector<std::string> out;
+  for (const auto& k : keys) out.push_back(k.key);
+  return out;
+}
+
+const std::vector<TableSchema>& manifest_schema() {
+  static const std::vector<TableSchema> schema = declare_schema();
+  return schema;
+}
+
+const TableSchema* find_table_schema(const std::string& table) {
+  for (const auto& t : manifest_schema()) {
+    if (t.name == table) return &t;
+  }
+  return nullptr;
+}
+
+const KeySchema* find_key_schema(const std::string& table, const std::string& key) {
+  const TableSchema* t = find_table_schema(table);
+  return t ? t->find(key) : nullptr;
+}
+
+const std::vector<KeySchema>& plugin_host_keys() {
+  static const std::vector<KeySchema> keys = declare_plugin_host_keys();
+  return keys;
+}
+
+}  // namespace kiln

@@ -1,0 +1,85 @@
+// The closed sets of the manifest: every option whose value is one name out
+// of a fixed list is an enum here, with its names in enum order. The schema
+// (config/manifest_schema.cpp) offers exactly these names, so past the
+// manifest the runtime switches on enums and never compares option names.
+//
+// No LibTorch here. Optimizers and schedules are built in runtime/train from
+// a registry indexed by OptimizerName / SchedulerName; it refuses to compile
+// when it lacks an entry for a name listed here.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+enum class LogLevel { debug, info, warn, error };
+enum class GradientClipAlgorithm { norm, value };
+enum class ProgressMode { automatic, bar, lines, none };
+enum class OptimizerName { sgd, adam, adamw };
+enum class SchedulerName { none, step, cosine, linear_warmup };
+enum class SchedulerInterval { epoch, step };
+enum class MonitorMode { min, max };
+enum class PreemptSignal { sigterm, sigusr1, none };
+enum class DistributedBackend { automatic, gloo, nccl };
+
+// The names a manifest writes, index = the enum's value.
+template <class Option>
+struct OptionNames;
+template <>
+struct OptionNames<LogLevel> {
+  static constexpr std::array<const char*, 4> names{"debug", "info", "warn", "error"};
+};
+template <>
+struct OptionNames<GradientClipAlgorithm> {
+  static constexpr std::array<const char*, 2> names{"norm", "value"};
+};
+template <>
+struct OptionNames<ProgressMode> {
+  static constexpr std::array<const char*, 4> names{"auto", "bar", "lines", "none"};
+};
+template <>
+struct OptionNames<OptimizerName> {
+  static constexpr std::array<const char*, 3> names{"sgd", "adam", "adamw"};
+};
+template <>
+struct OptionNames<SchedulerName> {
+  static constexpr std::array<const char*, 4> names{"none", "step", "cosine", "linear_warmup"};
+};
+template <>
+struct OptionNames<SchedulerInterval> {
+  static constexpr std::array<const char*, 2> names{"epoch", "step"};
+};
+template <>
+struct OptionNames<MonitorMode> {
+  static constexpr std::array<const char*, 2> names{"min", "max"};
+};
+template <>
+struct OptionNames<PreemptSignal> {
+  static constexpr std::array<const char*, 3> names{"SIGTERM", "SIGUSR1", "none"};
+};
+template <>
+struct OptionNames<DistributedBackend> {
+  static constexpr std::array<const char*, 3> names{"auto", "gloo", "nccl"};
+};
+
+// How many values a closed set has (for tables indexed by it).
+template <class Option>
+constexpr std::size_t option_count() {
+  return OptionNames<Option>::names.size();
+}
+
+// The name a manifest writes for `value` ("SIGTERM", "auto", ...).
+template <class Option>
+std::string option_name(Option value) {
+  return OptionNames<Option>::names[static_cast<std::size_t>(value)];
+}
+
+template <class Option>
+std::vector<std::string> option_names() {
+  return {OptionNames<Option>::names.begin(), OptionNames<Option>::names.end()};
+}
+
+}  // namespace kiln
