@@ -29,6 +29,27 @@ void MetricStore::record(const std::string& name, double value, double weight, u
   if (reduce == KILN_METRIC_REDUCE_MIN) a.extreme = std::min(a.extreme, value);
 }
 
+void MetricStore::record_accumulated(const std::string& name, uint32_t flags, double weighted_sum, double weight,
+                                     double extreme, int64_t count) {
+  const uint32_t reduce = flags & KILN_METRIC_REDUCE_MASK;
+  if (reduce > KILN_METRIC_REDUCE_MIN) throw std::invalid_argument("unknown reduction for metric '" + name + "'");
+  if (count <= 0) return;
+  auto [it, inserted] = pending_.try_emplace(name);
+  Accumulator& a = it->second;
+  if (inserted) {
+    a.flags = flags;
+    a.reduce = reduce;
+    a.extreme = extreme;
+  } else if (a.reduce != reduce) {
+    throw std::invalid_argument("metric '" + name + "' was recorded with two different reductions in one epoch");
+  }
+  a.sum += weighted_sum;
+  a.weight += weight;
+  a.count += count;
+  if (reduce == KILN_METRIC_REDUCE_MAX) a.extreme = std::max(a.extreme, extreme);
+  if (reduce == KILN_METRIC_REDUCE_MIN) a.extreme = std::min(a.extreme, extreme);
+}
+
 double MetricStore::value_of(const Accumulator& a) {
   switch (a.reduce) {
     case KILN_METRIC_REDUCE_SUM: return a.sum;

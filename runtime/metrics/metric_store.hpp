@@ -16,6 +16,12 @@ class MetricStore {
   // Records one value (main thread). A metric's reduction is fixed by its
   // first record in an epoch; a different one later is an error.
   void record(const std::string& name, double value, double weight, uint32_t flags);
+  // Adds what was accumulated elsewhere (metrics/tensor_metrics: values
+  // recorded as tensors): `weighted_sum` is the sum of value * weight over
+  // `count` values of total weight `weight`, `extreme` their max or min.
+  // The same result as recording each value here; the same reduction rule.
+  void record_accumulated(const std::string& name, uint32_t flags, double weighted_sum, double weight,
+                          double extreme, int64_t count);
 
   // Reduces everything recorded since the last call; the results become the
   // latest values. Returns the reduced metrics.

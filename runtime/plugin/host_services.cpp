@@ -95,6 +95,18 @@ int metric_get(const kiln_host* host, const char* name, double* out) noexcept {
   }
 }
 
+void log_metric_tensor(const kiln_host* host, const char* name, const kiln_tensor* value, double weight,
+                       uint32_t flags) noexcept {
+  assert_main_thread(host);
+  try {
+    if (name == nullptr) return;
+    self(host).run()->record_metric_tensor(self(host).plugin_id(), name, borrow_tensor(value), weight, flags);
+  } catch (const std::exception& e) {
+    spdlog::error("[{}] log_metric_tensor('{}') failed: {}", self(host).plugin_id(), name, e.what());
+  } catch (...) {
+  }
+}
+
 // A data module sees one process (abi.h): the host shards, never the data module.
 int32_t rank(const kiln_host* host) noexcept { return self(host).sees_ranks() ? self(host).run()->rank() : 0; }
 int32_t world_size(const kiln_host* host) noexcept {
@@ -318,6 +330,7 @@ PluginHost::PluginHost(std::string plugin_id, RunServices* run, bool sees_ranks)
   table_.state_write = &state_write;
   table_.state_read = &state_read;
   table_.error_new_code = &error_new_code;
+  table_.log_metric_tensor = &log_metric_tensor;
 }
 
 }  // namespace kiln

@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <string>
 
+namespace at {
+class Tensor;
+}
+
 namespace kiln {
 
 class RunServices {
@@ -13,6 +17,9 @@ class RunServices {
   virtual ~RunServices() = default;
   virtual void record_metric(const std::string& plugin_id, const char* name, double value, double weight,
                              uint32_t flags) = 0;
+  // A one-element tensor, read back only at log points (main thread).
+  virtual void record_metric_tensor(const std::string& plugin_id, const char* name, const at::Tensor& value,
+                                    double weight, uint32_t flags) = 0;
   virtual bool metric(const char* name, double* out) const = 0;
   virtual void request_stop(const std::string& plugin_id, const char* reason) = 0;
   virtual int32_t rank() const = 0;

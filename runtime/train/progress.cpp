@@ -28,14 +28,14 @@ void Progress::begin(const std::string& label, int64_t total_batches) {
   drawn_ = false;
 }
 
-void Progress::step(int64_t batch_index, double loss) {
+void Progress::step(int64_t batch_index, const std::function<double()>& loss) {
   const int64_t done = batch_index + 1;
   if (mode_ == Mode::lines) {
     if (every_ > 0 && (done % every_ == 0 || done == total_)) {
-      if (std::isnan(loss))
+      if (!loss)
         spdlog::info("{} batch {}/{}", label_, done, total_);
       else
-        spdlog::info("{} batch {}/{} loss {:.4f}", label_, done, total_, loss);
+        spdlog::info("{} batch {}/{} loss {:.4f}", label_, done, total_, loss());
     }
     return;
   }
@@ -50,7 +50,7 @@ void Progress::step(int64_t batch_index, double loss) {
   const int filled = total_ > 0 ? static_cast<int>(width * done / total_) : width;
   std::string bar(filled, '#');
   bar.resize(width, '.');
-  const std::string loss_text = std::isnan(loss) ? "" : fmt::format(" loss {:.4f}", loss);
+  const std::string loss_text = loss ? fmt::format(" loss {:.4f}", loss()) : "";
   std::fprintf(stderr, "\r%s [%s] %lld/%lld%s %.1f it/s ", label_.c_str(), bar.c_str(),
                static_cast<long long>(done), static_cast<long long>(total_), loss_text.c_str(),
                elapsed > 0 ? done / elapsed : 0.0);

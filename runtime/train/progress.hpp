@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -19,8 +20,10 @@ class Progress {
 
   Progress(Mode mode, int64_t log_every_n_steps);
   void begin(const std::string& label, int64_t total_batches);
-  // `loss` NaN: none to show (evaluation).
-  void step(int64_t batch_index, double loss);
+  // `loss` reads the step's loss; it is called only when a line or the bar
+  // is drawn (every log_every_n_steps, or 10 times a second), so the step
+  // itself never waits to read it back. Empty: none to show (evaluation).
+  void step(int64_t batch_index, const std::function<double()>& loss = {});
   void end();
 
  private:

@@ -22,6 +22,7 @@
 #include "dist/process_group.hpp"
 #include "metrics/csv_log.hpp"
 #include "metrics/metric_store.hpp"
+#include "metrics/tensor_metrics.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "plugin/proxies.hpp"
 #include "train/optim.hpp"
@@ -187,6 +188,15 @@ class Run final : public RunServices, public RunControl, public MetricSink {
       spdlog::warn("[{}] {}", plugin_id, e.what());
     }
   }
+  void record_metric_tensor(const std::string& plugin_id, const char* name, const at::Tensor& value, double weight,
+                            uint32_t flags) override {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    try {
+      tensor_metrics_.record(name, value, weight, flags);
+    } catch (const std::exception& e) {
+      spdlog::warn("[{}] {}", plugin_id, e.what());
+    }
+  }
   bool metric(const char* name, double* out) const override {
     std::lock_guard<std::mutex> lock(metrics_mutex_);
     auto value = metrics_.latest(name);
@@ -204,17 +214,19 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     record_metric("kiln", name, value, weight, flags);
   }
   void record_loss(const at::Tensor& loss, double weight) override {
-    record("train/loss", loss.item<double>(), weight, KILN_METRIC_REDUCE_MEAN);
+    record_metric_tensor("kiln", "train/loss", loss, weight, KILN_METRIC_REDUCE_MEAN);
   }
   // A fixed point where every rank reduces: plugins only ever record.
   std::map<std::string, double> reduce() override {
     if (!group_) {
       std::lock_guard<std::mutex> lock(metrics_mutex_);
+      flush_tensor_metrics();
       return metrics_.reduce();
     }
     std::string mine;
     {
       std::lock_guard<std::mutex> lock(metrics_mutex_);
+      flush_tensor_metrics();
       mine = metrics_.export_pending();
     }
     const std::vector<std::string> all = group_->all_gather_text(mine);
@@ -277,6 +289,15 @@ class Run final : public RunServices, public RunControl, public MetricSink {
   }
 
  private:
+  // A log point: tensor metrics are read back now (metrics_mutex_ held).
+  void flush_tensor_metrics() {
+    try {
+      tensor_metrics_.flush_into(metrics_);
+    } catch (const std::exception& e) {
+      spdlog::warn("{}", e.what());
+    }
+  }
+
   static RunAborted interrupted(int s) {
     return RunAborted(KILN_FAILURE_INTERRUPTED, std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT"));
   }
@@ -397,6 +418,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     view.trainable = &trainable_;
     {
       std::lock_guard<std::mutex> lock(metrics_mutex_);
+      flush_tensor_metrics();
       if (!m_.checkpoint.monitor.empty()) view.monitored = metrics_.latest(m_.checkpoint.monitor);
       view.metrics_latest = metrics_.export_latest();
       view.metrics_pending = metrics_.export_pending();
@@ -545,6 +567,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
 
   mutable std::mutex metrics_mutex_;  // data modules may record from prefetch threads
   MetricStore metrics_;
+  TensorMetrics tensor_metrics_;
   std::set<std::string> warned_metrics_;
   std::optional<StopCondition> stop_;
 

@@ -96,6 +96,32 @@ TEST(Distributed, MetricLoggedOnRankZeroOnlyDoesNotHang) {
   EXPECT_EQ(read_metrics(dir / "run" / "metrics.csv")[0].at("val/rank0_flagged"), 2.0);
 }
 
+// ABI 1.1's tensor-valued metric: recorded without a read-back, reduced
+// exactly as log_metric's values are, across ranks too.
+class TensorMetric : public testing::TestWithParam<int> {};
+
+TEST_P(TensorMetric, ReducesExactlyAsTheDoublePathForEveryReduction) {
+  TempDir dir;
+  auto r = kiln({"fit", recorder_manifest(dir, "tensor_metrics = true", "", "", "max_epochs = 2\nbatch_size = 3").string(),
+                 "-n", std::to_string(GetParam())},
+                {.timeout = kTimeout});
+  ASSERT_FALSE(r.timed_out) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_metrics(dir / "run" / "metrics.csv");
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  for (const auto& row : rows)
+    for (const char* reduce : {"mean", "sum", "max", "min"}) {
+      const std::string tensor = std::string("val/tensor_") + reduce, value = std::string("val/double_") + reduce;
+      ASSERT_TRUE(row.count(tensor) && row.count(value)) << reduce << "\n" << r.output;
+      EXPECT_NEAR(row.at(tensor), row.at(value), 1e-5 * (1 + std::abs(row.at(value)))) << reduce;
+    }
+  // The batches differ (b and the rank are added), so the reductions do too.
+  EXPECT_LT(rows[0].at("val/double_min"), rows[0].at("val/double_max"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Processes, TensorMetric, testing::Values(1, 2),
+                         [](const auto& info) { return std::to_string(info.param) + "_process" + (info.param > 1 ? "es" : ""); });
+
 TEST(Distributed, StopRequestedOnOneRankIsAgreedByAll) {
   TempDir dir;
   auto r = kiln({"fit",

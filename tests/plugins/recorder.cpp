@@ -117,7 +117,8 @@ class Recording : public Base {
 // checkpoint only in a buffer); hang_on_rank and hang_after (training_step
 // on that rank never returns from step hang_after on); max_reduce_on_rank
 // (log "val/mixed" reduced by max on that rank, by mean on the others);
-// wait_for (training_step first waits until the log holds this line;
+// tensor_metrics (log the same values as tensors and as doubles, with each
+// reduction: "val/tensor_<r>" and "val/double_<r>"); wait_for (training_step first waits until the log holds this line;
 // "{rank}" in it becomes this rank).
 class RecorderModel : public Recording<kiln::Model> {
  public:
@@ -129,6 +130,7 @@ class RecorderModel : public Recording<kiln::Model> {
         hang_on_rank_(config.get<int64_t>("hang_on_rank", -1)),
         hang_after_(config.get<int64_t>("hang_after", 0)),
         max_reduce_on_rank_(config.get<int64_t>("max_reduce_on_rank", -1)),
+        tensor_metrics_(config.get<bool>("tensor_metrics", false)),
         wait_for_(config.get<std::string>("wait_for", "")) {
     if (const size_t at = wait_for_.find("{rank}"); at != std::string::npos)
       wait_for_.replace(at, 6, std::to_string(host.rank()));
@@ -168,11 +170,12 @@ class RecorderModel : public Recording<kiln::Model> {
     }
     return torch::nn::functional::cross_entropy(net_->forward(batch["input"]), batch["target"]);
   }
-  void validation_step(const kiln::Batch& batch, int64_t) override {
+  void validation_step(const kiln::Batch& batch, int64_t b) override {
     recorder_.hook("validation_step");
     const at::Tensor target = batch["target"];
     host().log_metric("val/loss", torch::nn::functional::cross_entropy(net_->forward(batch["input"]), target).item<double>(),
                       static_cast<double>(target.size(0)));
+    if (tensor_metrics_) log_both_ways(batch, b);
     if (max_reduce_on_rank_ >= 0)
       host().log_metric("val/mixed", 1.0, 1.0,
                         host().rank() == max_reduce_on_rank_ ? KILN_METRIC_REDUCE_MAX : KILN_METRIC_REDUCE_MEAN);
@@ -184,8 +187,24 @@ class RecorderModel : public Recording<kiln::Model> {
   void test_step(const kiln::Batch&, int64_t) override { recorder_.hook("test_step"); }
 
  private:
+  // The same values through both paths (ABI 1.1's log_metric_tensor and
+  // log_metric), for every reduction: metrics.csv must show them equal.
+  void log_both_ways(const kiln::Batch& batch, int64_t b) {
+    const at::Tensor input = batch["input"];
+    const double rows = static_cast<double>(input.size(0));
+    const at::Tensor mean = input.mean();
+    const double value = mean.item<double>() + static_cast<double>(b) + host().rank();
+    const at::Tensor tensor = mean + static_cast<double>(b) + host().rank();
+    for (const auto& [reduce, name] : {std::pair{KILN_METRIC_REDUCE_MEAN, "mean"}, std::pair{KILN_METRIC_REDUCE_SUM, "sum"},
+                                       std::pair{KILN_METRIC_REDUCE_MAX, "max"}, std::pair{KILN_METRIC_REDUCE_MIN, "min"}}) {
+      host().log_metric(std::string("val/tensor_") + name, tensor, rows, reduce);
+      host().log_metric(std::string("val/double_") + name, value, rows, reduce);
+    }
+  }
+
   torch::nn::Linear net_;
   bool rank0_metric_;
+  bool tensor_metrics_;
   std::string dump_params_;
   int64_t hang_on_rank_, hang_after_, max_reduce_on_rank_;
   std::string wait_for_;

@@ -216,6 +216,7 @@ const kiln_descriptor kConcurrent{sizeof(kiln_descriptor), "test.fake_data", "fa
 
 struct NoRun : kiln::RunServices {
   void record_metric(const std::string&, const char*, double, double, uint32_t) override {}
+  void record_metric_tensor(const std::string&, const char*, const at::Tensor&, double, uint32_t) override {}
   bool metric(const char*, double*) const override { return false; }
   void request_stop(const std::string&, const char*) override {}
   int32_t rank() const override { return 0; }

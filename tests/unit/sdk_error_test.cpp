@@ -1,6 +1,7 @@
-// ABI 1.1 appended kiln_host.error_new_code. The SDK reads it only when the
-// host's struct_size says it exists: a 1.1 plugin in a 1.0 host falls back
-// to error_new, and never calls past the end of the 1.0 table.
+// ABI 1.1 appended kiln_host.error_new_code and log_metric_tensor. The SDK
+// reads them only when the host's struct_size says they exist: a 1.1 plugin
+// in a 1.0 host falls back to error_new and log_metric, and never calls past
+// the end of the 1.0 table.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -12,6 +13,8 @@ namespace {
 struct Calls {
   int error_new = 0, error_new_code = 0;
   kiln_error_code code = -1;
+  int log_metric = 0, log_metric_tensor = 0;
+  double value = 0;
 };
 
 kiln_error* fake_error() { return reinterpret_cast<kiln_error*>(0x1); }
@@ -28,12 +31,27 @@ kiln_error* error_new_code(const kiln_host* host, kiln_error_code code, const ch
   return fake_error();
 }
 
+void log_metric(const kiln_host* host, const char*, double value, double, uint32_t) {
+  auto* calls = static_cast<Calls*>(host->host_data);
+  ++calls->log_metric;
+  calls->value = value;
+}
+
+void log_metric_tensor(const kiln_host* host, const char*, const kiln_tensor* value, double, uint32_t) {
+  auto* calls = static_cast<Calls*>(host->host_data);
+  ++calls->log_metric_tensor;
+  calls->value = kiln::borrow_tensor(value).item<double>();
+}
+
 kiln_host host_table(Calls* calls, size_t struct_size) {
   kiln_host host{};
   host.struct_size = struct_size;
   host.host_data = calls;
   host.error_new = &error_new;
-  host.error_new_code = &error_new_code;  // present in memory, but not in a 1.0 table's size
+  host.log_metric = &log_metric;
+  // Present in memory, but not in a 1.0 table's size.
+  host.error_new_code = &error_new_code;
+  host.log_metric_tensor = &log_metric_tensor;
   return host;
 }
 
@@ -53,6 +71,26 @@ TEST(SdkErrors, ConfigErrorsAreInvalidArgumentInAOneDotOneHost) {
   EXPECT_EQ(calls.code, KILN_ERROR_INVALID_ARGUMENT);
   kiln::detail::guarded(&host, [] { throw std::runtime_error("disk on fire"); });
   EXPECT_EQ(calls.code, KILN_ERROR_UNKNOWN);
+}
+
+TEST(SdkMetrics, AOneDotZeroHostGetsTheTensorsValueThroughLogMetric) {
+  Calls calls;
+  const kiln_host host = host_table(&calls, KILN_HOST_STRUCT_SIZE_1_0);
+  kiln::Host(&host).log_metric("val/loss", at::scalar_tensor(0.25), 8.0);
+  EXPECT_EQ(calls.log_metric, 1);
+  EXPECT_EQ(calls.log_metric_tensor, 0);
+  EXPECT_EQ(calls.value, 0.25);
+}
+
+TEST(SdkMetrics, AOneDotOneHostGetsTheTensorItself) {
+  Calls calls;
+  const kiln_host host = host_table(&calls, sizeof(kiln_host));
+  kiln::Host(&host).log_metric("val/loss", at::scalar_tensor(0.25), 8.0);
+  EXPECT_EQ(calls.log_metric_tensor, 1);
+  EXPECT_EQ(calls.log_metric, 0);
+  EXPECT_EQ(calls.value, 0.25);
+  kiln::Host(&host).log_metric("val/acc", 0.5);  // a double still goes through log_metric
+  EXPECT_EQ(calls.log_metric, 1);
 }
 
 TEST(SdkErrors, FrozenOneDotZeroSizesAreTheFloor) {

@@ -45,10 +45,12 @@ class Classifier : public kiln::Model {
     const at::Tensor target = labels(batch);
     const int64_t n = target.size(0);
     if (n == 0) return;
-    const double loss = torch::nn::functional::cross_entropy(logits, target).item<double>();
-    const double correct = logits.argmax(/*dim=*/1).eq(target).sum().item<double>();
+    // Tensors, not values: the host reads them back at log points only
+    // (ABI 1.1), so an evaluation step on a GPU never waits for the device.
+    const at::Tensor loss = torch::nn::functional::cross_entropy(logits, target);
+    const at::Tensor accuracy = logits.argmax(/*dim=*/1).eq(target).to(torch::kDouble).mean();
     host().log_metric(prefix + "loss", loss, static_cast<double>(n));
-    host().log_metric(prefix + "acc", correct / static_cast<double>(n), static_cast<double>(n));
+    host().log_metric(prefix + "acc", accuracy, static_cast<double>(n));
   }
 };
 

@@ -34,7 +34,7 @@ std::map<std::string, double> EvaluationLoop::run(int64_t epoch) {
       c.control.check_signal();
       BatchPtr batch = batches->next();
       c.model.evaluation_step(split_, *batch, b);
-      c.progress.step(b, std::nan(""));
+      c.progress.step(b);
     }
     c.progress.end();
   }

@@ -22,7 +22,7 @@ std::vector<at::Tensor> PredictLoop::run() {
     c.control.check_signal();
     BatchPtr batch = batches->next();
     outputs.push_back(c.model.predict_step(*batch, b).cpu());
-    c.progress.step(b, std::nan(""));
+    c.progress.step(b);
   }
   c.progress.end();
   if (outputs.empty()) c.data.refuse_empty(KILN_SPLIT_PREDICT, "the predict split is empty");

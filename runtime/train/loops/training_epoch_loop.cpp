@@ -76,8 +76,9 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_ba
 
     if (optimization_.grad_sync) optimization_.grad_sync->before_forward();
     at::Tensor loss = c.model.training_step(*batch, b);
-    const double value = loss.item<double>();
+    // Recorded as a tensor: read back only at log points (no sync per step).
     c.metrics.record_loss(loss, static_cast<double>(rows));
+    const at::Tensor shown = loss.detach();
     backward(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss, /*sync=*/boundary);
     loss = at::Tensor();
     batch.reset();
@@ -91,7 +92,7 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_ba
       if (optimization_.schedule.per_step()) optimization_.schedule.apply(optimizer, c.global_step);
       c.events.notify(Event::train_batch_end, c.progress_at(KILN_STAGE_FIT, epoch, b));
     }
-    c.progress.step(b, value);
+    c.progress.step(b, [&shown] { return shown.item<double>(); });
     if (boundary) {
       const TrainPosition here{epoch, b + 1, c.global_step};
       if (settings_.checkpoint_every_n_steps > 0 && c.global_step % settings_.checkpoint_every_n_steps == 0)

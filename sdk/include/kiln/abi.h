@@ -23,7 +23,8 @@
  *   frozen below as KILN_<STRUCT>_STRUCT_SIZE_1_0 (the size up to its last
  *   1.0 field, as PJRT's *_STRUCT_SIZE macros do), never the current
  *   sizeof: a plugin built against 1.0 keeps loading in every 1.x host.
- * - 1.1 appended kiln_host.error_new_code (error codes, below).
+ * - 1.1 appended kiln_host.error_new_code (error codes, below) and
+ *   kiln_host.log_metric_tensor (a metric recorded without a device sync).
  * - A NULL function pointer means "not implemented": the host does the default
  *   (documented per hook) and the hook is listed as absent by `kiln inspect`.
  *
@@ -312,6 +313,19 @@ typedef struct kiln_host {
    * error_new_code) first: a 1.0 host lacks it (fall back to error_new). */
   kiln_error* (*error_new_code)(const struct kiln_host* host, kiln_error_code code,
                                 const char* message);
+  /* [main-thread & active] Records a metric whose value is a one-element
+   * tensor (a 0-d loss or accuracy, on any device) without reading it back:
+   * the host accumulates it where it lives and reads it only at log points
+   * (epoch ends, metric reductions, checkpoints, progress lines), so the step
+   * never waits for the device. `value` is borrowed; the host keeps a
+   * detached reference. Reductions, weights and ranks as for log_metric; a
+   * metric keeps one reduction in an epoch, whichever path records it. Main
+   * thread only (model steps, callbacks): a data module on a prefetch thread
+   * uses log_metric. Check KILN_HAS_FIELD(host, kiln_host, log_metric_tensor)
+   * first: a 1.0 host lacks it (read the value and call log_metric; the C++
+   * SDK's Host::log_metric(name, tensor) does). */
+  void (*log_metric_tensor)(const struct kiln_host* host, const char* name, const kiln_tensor* value,
+                            double weight, uint32_t flags);
 } kiln_host;
 
 /* ------------------------------------------------------------------------ */

@@ -68,6 +68,19 @@ class Host {
                   uint32_t flags = KILN_METRIC_REDUCE_MEAN) const {
     host_->log_metric(host_, name.c_str(), value, weight, flags);
   }
+  // Records a one-element tensor metric without reading it back (ABI 1.1's
+  // log_metric_tensor: the host reads it at log points, so a CUDA step never
+  // waits for the device). In a 1.0 host, which lacks it, the value is read
+  // here and recorded with log_metric: same result, one sync.
+  void log_metric(const std::string& name, const at::Tensor& value, double weight = 1.0,
+                  uint32_t flags = KILN_METRIC_REDUCE_MEAN) const {
+    if (KILN_HAS_FIELD(host_, kiln_host, log_metric_tensor) && host_->log_metric_tensor != nullptr) {
+      host_->log_metric_tensor(host_, name.c_str(), reinterpret_cast<const kiln_tensor*>(value.unsafeGetTensorImpl()),
+                               weight, flags);
+      return;
+    }
+    host_->log_metric(host_, name.c_str(), value.item<double>(), weight, flags);
+  }
   std::optional<double> metric(const std::string& name) const {
     double value = 0;
     if (host_->metric_get(host_, name.c_str(), &value)) return value;

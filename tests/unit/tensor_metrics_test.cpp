@@ -1,0 +1,80 @@
+// metrics/tensor_metrics: the tensor path reduces exactly as the double path,
+// and reads values back once per log point, not once per record.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "kiln/abi.h"
+#include "metrics/metric_store.hpp"
+#include "metrics/tensor_metrics.hpp"
+
+namespace kiln {
+namespace {
+
+struct Case {
+  uint32_t reduce;
+  const char* name;
+};
+
+class TensorMetricsTest : public ::testing::TestWithParam<std::tuple<Case, bool>> {};
+
+TEST_P(TensorMetricsTest, ReducesAsTheDoublePathDoes) {
+  const auto [reduce, defer_cpu] = GetParam();
+  MetricStore doubles, tensors;
+  TensorMetrics pending(defer_cpu);
+  const double values[] = {0.5, -2.0, 3.25, 1.0};
+  const double weights[] = {4, 1, 2, 0.5};
+  for (int i = 0; i < 4; ++i) {
+    doubles.record("m", values[i], weights[i], reduce.reduce);
+    pending.record("m", at::scalar_tensor(values[i], at::kFloat), weights[i], reduce.reduce);
+  }
+  pending.flush_into(tensors);
+  EXPECT_DOUBLE_EQ(tensors.reduce().at("m"), doubles.reduce().at("m")) << reduce.name;
+  // Across ranks the pending accumulators travel as text: the same text.
+  doubles.record("m", 1.5, 2, reduce.reduce);
+  pending.record("m", at::scalar_tensor(1.5, at::kDouble), 2, reduce.reduce);
+  pending.flush_into(tensors);
+  EXPECT_EQ(tensors.export_pending(), doubles.export_pending());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Reductions, TensorMetricsTest,
+    ::testing::Combine(::testing::Values(Case{KILN_METRIC_REDUCE_MEAN, "mean"}, Case{KILN_METRIC_REDUCE_SUM, "sum"},
+                                         Case{KILN_METRIC_REDUCE_MAX, "max"}, Case{KILN_METRIC_REDUCE_MIN, "min"}),
+                       ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) ? "_deferred" : "_read_at_once");
+    });
+
+// The device path (exercised on the CPU with defer_cpu): a thousand records
+// and three metrics cost one read-back at the log point.
+TEST(TensorMetrics, ReadsBackOncePerLogPointNotPerRecord) {
+  MetricStore store;
+  TensorMetrics pending(/*defer_cpu=*/true);
+  for (int step = 0; step < 1000; ++step) {
+    pending.record("train/loss", at::scalar_tensor(1.0 / (step + 1)), 32, KILN_METRIC_REDUCE_MEAN);
+    pending.record("train/acc", at::scalar_tensor(0.5), 32, KILN_METRIC_REDUCE_MEAN);
+    pending.record("train/max", at::scalar_tensor(static_cast<double>(step)), 1, KILN_METRIC_REDUCE_MAX);
+  }
+  EXPECT_EQ(pending.device_reads(), 0);
+  pending.flush_into(store);
+  EXPECT_EQ(pending.device_reads(), 1);
+  const auto reduced = store.reduce();
+  EXPECT_DOUBLE_EQ(reduced.at("train/acc"), 0.5);
+  EXPECT_DOUBLE_EQ(reduced.at("train/max"), 999.0);
+  EXPECT_TRUE(pending.empty());
+}
+
+TEST(TensorMetrics, RefusesWhatTheDoublePathRefuses) {
+  TensorMetrics pending;
+  EXPECT_THROW(pending.record("m", at::ones({2}), 1, KILN_METRIC_REDUCE_MEAN), std::invalid_argument);
+  pending.record("m", at::scalar_tensor(1.0), 1, KILN_METRIC_REDUCE_MEAN);
+  EXPECT_THROW(pending.record("m", at::scalar_tensor(1.0), 1, KILN_METRIC_REDUCE_MAX), std::invalid_argument);
+  // A name recorded with another reduction through the double path is named at the log point.
+  MetricStore store;
+  store.record("m", 1.0, 1, KILN_METRIC_REDUCE_SUM);
+  EXPECT_THROW(pending.flush_into(store), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kiln
