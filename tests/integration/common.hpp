@@ -1,11 +1,13 @@
 // Helpers shared by the integration tests that train.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -88,9 +90,12 @@ inline std::vector<pid_t> processes_mentioning(const std::string& marker) {
 }
 
 // The pid a rank recorded, once it has run `steps` training steps.
+// Bounded against a hang (120 s, scaled for instrumented builds), not a
+// measure of speed: a busy machine may take long to start two ranks.
 inline pid_t wait_for_rank(const std::filesystem::path& log, int rank, int steps) {
   const std::string label = "model@" + std::to_string(rank) + ":";
-  for (int i = 0; i < 600; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(120 * timeout_scale());
+  while (std::chrono::steady_clock::now() < deadline) {
     std::istringstream in(read_file(log));
     pid_t pid = 0;
     int seen = 0;
@@ -103,5 +108,32 @@ inline pid_t wait_for_rank(const std::filesystem::path& log, int rank, int steps
   }
   return 0;
 }
+
+// A kiln run on a thread of the test, for tests that act on it while it
+// runs. However the test ends — a failed ASSERT returns early — the run's
+// processes (those mentioning `dir`) are killed and the thread joined, so a
+// failure is reported as one, never as std::terminate on a joinable thread.
+class BackgroundRun {
+ public:
+  BackgroundRun(const TempDir& dir, std::function<ProcessResult()> run)
+      : marker_(dir.path().string()), thread_([this, run = std::move(run)] { result_ = run(); }) {}
+  ~BackgroundRun() {
+    if (!thread_.joinable()) return;
+    for (pid_t p : processes_mentioning(marker_)) ::kill(p, SIGKILL);
+    thread_.join();
+  }
+  BackgroundRun(const BackgroundRun&) = delete;
+  BackgroundRun& operator=(const BackgroundRun&) = delete;
+  // Waits for the run to end.
+  const ProcessResult& result() {
+    if (thread_.joinable()) thread_.join();
+    return result_;
+  }
+
+ private:
+  std::string marker_;
+  ProcessResult result_;
+  std::thread thread_;
+};
 
 }  // namespace kiln::test

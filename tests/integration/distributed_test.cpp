@@ -168,8 +168,7 @@ TEST_P(FaultInjection, StopsEveryRankWithinTimeoutPlusGraceAndLeavesNoProcess) {
   const auto manifest = recorder_manifest(dir, "", "size = 64", "",
                                           "max_epochs = 100000\nbatch_size = 4\n[distributed]\nprocesses = 2\n"
                                           "timeout_s = 4.0\n");
-  ProcessResult result;
-  std::thread runner([&] { result = kiln({"fit", manifest.string()}, {.timeout = kTimeout}); });
+  BackgroundRun run(dir, [&] { return kiln({"fit", manifest.string()}, {.timeout = kTimeout}); });
   std::mt19937 rng(std::random_device{}());
   const int victim = fault.victim;
   const int steps = 1 + static_cast<int>(rng() % 40);
@@ -177,7 +176,7 @@ TEST_P(FaultInjection, StopsEveryRankWithinTimeoutPlusGraceAndLeavesNoProcess) {
   ASSERT_GT(pid, 0) << "rank " << victim << " never ran " << steps << " steps";
   const auto injected = std::chrono::steady_clock::now();
   ::kill(pid, fault.signal);
-  runner.join();
+  const ProcessResult& result = run.result();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - injected).count();
   SCOPED_TRACE("rank " + std::to_string(victim) + " after " + std::to_string(steps) + " steps");
   ASSERT_FALSE(result.timed_out) << result.output;
@@ -204,8 +203,7 @@ INSTANTIATE_TEST_SUITE_P(KillARankAtARandomStep, FaultInjection,
 TEST(Distributed, SigintToTheSupervisorStopsEveryRankWithCleanup) {
   TempDir dir;
   const auto manifest = recorder_manifest(dir, "", "size = 64", "", "max_epochs = 100000\nbatch_size = 4\n");
-  ProcessResult result;
-  std::thread runner([&] { result = kiln({"fit", manifest.string(), "-n", "2"}, {.timeout = kTimeout}); });
+  BackgroundRun run(dir, [&] { return kiln({"fit", manifest.string(), "-n", "2"}, {.timeout = kTimeout}); });
   ASSERT_GT(wait_for_rank(dir / "calls.log", 1, 5), 0);
   const auto supervisors = processes_mentioning(dir.path().string());
   // The supervisor is the one whose parent is not a kiln process: the test's child.
@@ -214,7 +212,7 @@ TEST(Distributed, SigintToTheSupervisorStopsEveryRankWithCleanup) {
     const pid_t parent = std::stoi(stat.substr(stat.rfind(')') + 4));
     if (parent == getpid()) ::kill(p, SIGINT);
   }
-  runner.join();
+  const ProcessResult& result = run.result();
   EXPECT_EQ(result.exit_code, 130) << result.output;
   const std::string calls = read_file(dir / "calls.log");
   for (const char* line : {"model@0:teardown(failed=1)", "model@1:teardown(failed=1)", "data@1:destroy"})
