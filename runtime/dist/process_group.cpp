@@ -12,9 +12,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef KILN_WITH_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
+
+#include "dist/c10d_compat.hpp"
 
 namespace kiln {
 
@@ -90,9 +89,7 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
   arrive(deadline, where);
   if (wants_nccl(config, device)) {
 #ifdef KILN_WITH_NCCL
-    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-    nccl_options->timeout = timeout_;
-    group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank_, world_size_, nccl_options);
+    group_ = c10d_compat::nccl_group(store_, rank_, world_size_, timeout_);
     return;
 #else
     throw std::runtime_error("distributed.backend is nccl (or the device is CUDA), but this kiln was built "
@@ -114,7 +111,7 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
   try {
-    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, gloo_options);
+    group_ = c10d_compat::gloo_group(store_, rank_, world_size_, gloo_options);
   } catch (const std::exception& e) {
     throw PeerFailure("rendezvous at " + where + ": connecting the ranks failed: " + one_line(e.what()));
   }

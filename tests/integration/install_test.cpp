@@ -3,6 +3,8 @@
 // with the installed kiln.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "common.hpp"
 
 namespace kiln::test {
@@ -20,9 +22,11 @@ TEST(Install, OutOfTreePluginBuildsAgainstTheInstalledSdkAndTrains) {
   ASSERT_TRUE(std::filesystem::exists(prefix / "include" / "kiln" / "abi.h"));
   ASSERT_TRUE(std::filesystem::exists(prefix / "bin" / "kiln"));
 
+  std::string torch_prefix = KILN_TEST_TORCH_PREFIX;
+  std::replace(torch_prefix.begin(), torch_prefix.end(), '|', ';');
   r = run_process({cmake, "-S", (source_dir() / "examples" / "out_of_tree").string(), "-B", build.string(),
                    "-DCMAKE_BUILD_TYPE=Release",
-                   "-DCMAKE_PREFIX_PATH=" + prefix.string() + ";" + std::string(KILN_TEST_TORCH_DIR)},
+                   "-DCMAKE_PREFIX_PATH=" + prefix.string() + ";" + torch_prefix},
                   slow);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_process({cmake, "--build", build.string(), "-j2"}, slow);

@@ -1,0 +1,77 @@
+#include "dist/c10d_compat.hpp"
+
+#include <algorithm>
+
+#include <torch/version.h>
+// reducer.hpp includes a distributed-autograd header Debian's 1.13 package
+// lacks; runtime/dist/stub provides the two declarations it needs there.
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#ifdef KILN_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace kiln::c10d_compat {
+
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                  const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options) {
+  auto backend = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+#if TORCH_VERSION_MAJOR >= 2
+  // 2.x: a ProcessGroup dispatches each collective to the Backend registered
+  // for its tensors' device.
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
+  group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, backend);
+  group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  return group;
+#else
+  return backend;  // 1.13: ProcessGroupGloo is a ProcessGroup
+#endif
+}
+
+#ifdef KILN_WITH_NCCL
+c10::intrusive_ptr<c10d::ProcessGroup> nccl_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                                  std::chrono::milliseconds timeout) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+#if TORCH_VERSION_MAJOR >= 2
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, rank, size);
+  group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, backend);
+  group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+  return group;
+#else
+  return backend;
+#endif
+}
+#endif
+
+std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& parameters,
+                                            const std::vector<std::string>& names,
+                                            const c10::intrusive_ptr<c10d::ProcessGroup>& group, size_t bucket_bytes,
+                                            size_t first_bucket_bytes) {
+  const std::vector<bool> sparse(parameters.size(), false);
+  // Same order as DDP: assign buckets, then reverse them, because gradients
+  // become ready roughly in reverse order of the parameters.
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(parameters, {first_bucket_bytes, bucket_bytes}, sparse);
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(limits.begin(), limits.end());
+  std::unordered_map<size_t, std::string> param_names;
+  for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
+#if TORCH_VERSION_MAJOR >= 2
+  // 2.x: no per-bucket limits; the unused-parameter, Python-reducer and
+  // per-bucket-cap options keep DDP's defaults.
+  (void)limits;
+  return std::make_shared<c10d::Reducer>(parameters, std::move(buckets), group, sparse,
+                                         static_cast<int64_t>(bucket_bytes), /*find_unused_parameters=*/false,
+                                         /*gradient_as_bucket_view=*/false, std::move(param_names),
+                                         static_cast<int64_t>(first_bucket_bytes),
+                                         /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
+                                         /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+#else
+  return std::make_shared<c10d::Reducer>(parameters, std::move(buckets), std::move(limits), group, sparse,
+                                         static_cast<int64_t>(bucket_bytes), /*find_unused_parameters=*/false,
+                                         /*gradient_as_bucket_view=*/false, std::move(param_names),
+                                         static_cast<int64_t>(first_bucket_bytes));
+#endif
+}
+
+}  // namespace kiln::c10d_compat
