@@ -13,8 +13,12 @@ namespace kiln {
 
 namespace {
 
+// As MetricStore::record: a mean or a sum keeps its first value as the
+// extreme (unused, but it travels between ranks in the pending text).
 double combine(uint32_t reduce, double a, double b) {
-  return reduce == KILN_METRIC_REDUCE_MAX ? std::max(a, b) : std::min(a, b);
+  if (reduce == KILN_METRIC_REDUCE_MAX) return std::max(a, b);
+  if (reduce == KILN_METRIC_REDUCE_MIN) return std::min(a, b);
+  return a;
 }
 
 }  // namespace
@@ -22,8 +26,23 @@ double combine(uint32_t reduce, double a, double b) {
 void TensorMetrics::record(const std::string& name, const at::Tensor& value, double weight, uint32_t flags) {
   if (!value.defined() || value.numel() != 1)
     throw std::invalid_argument("metric '" + name + "' must be a tensor of one element");
+  // A complex value has no place in a mean or a max; read at once it would
+  // throw, but converted on a device LibTorch drops the imaginary part with
+  // only a warning. Refused alike on both paths.
+  if (value.is_complex()) throw std::invalid_argument("metric '" + name + "' must be real, got a complex tensor");
   const uint32_t reduce = flags & KILN_METRIC_REDUCE_MASK;
   if (reduce > KILN_METRIC_REDUCE_MIN) throw std::invalid_argument("unknown reduction for metric '" + name + "'");
+  // The value is read (host memory: nothing to wait for) or converted
+  // (float64 on its own device: the sums match the double path's, and
+  // nothing waits for the device) before anything is recorded, so a value
+  // LibTorch cannot convert leaves no trace.
+  const bool at_once = value.device().is_cpu() && !defer_cpu_;
+  const double read = at_once ? value.item<double>() : 0.0;
+  // Always a copy (copy=true): a float64 value would otherwise be aliased,
+  // and a plugin that reuses its tensor in place would change a recorded
+  // max or min after the fact (abi.h: the value is taken at the call).
+  const at::Tensor v =
+      at_once ? at::Tensor() : value.detach().reshape({}).to(at::kDouble, /*non_blocking=*/false, /*copy=*/true);
   auto [it, inserted] = pending_.try_emplace(name);
   Accumulator& a = it->second;
   if (inserted) {
@@ -34,25 +53,23 @@ void TensorMetrics::record(const std::string& name, const at::Tensor& value, dou
   }
   a.weight += weight;
   a.count += 1;
-  const bool extreme = reduce == KILN_METRIC_REDUCE_MAX || reduce == KILN_METRIC_REDUCE_MIN;
-  if (value.device().is_cpu() && !defer_cpu_) {
-    const double v = value.item<double>();  // host memory: nothing to wait for
-    a.host_sum += v * weight;
-    a.host_extreme = a.host_count == 0 ? v : combine(reduce, a.host_extreme, v);
+  if (at_once) {
+    a.host_sum += read * weight;
+    a.host_extreme = a.host_count == 0 ? read : combine(reduce, a.host_extreme, read);
     a.host_count += 1;
     return;
   }
-  // float64 on the value's own device: the sums match the double path's, and
-  // nothing here waits for the device.
-  const at::Tensor v = value.detach().reshape({}).to(at::kDouble);
   if (!a.device_sum.defined()) {
     a.device_sum = v * weight;
     a.device_extreme = v;
-  } else {
-    a.device_sum = a.device_sum + v * weight;
-    if (extreme) a.device_extreme = reduce == KILN_METRIC_REDUCE_MAX ? at::maximum(a.device_extreme, v)
-                                                                      : at::minimum(a.device_extreme, v);
+    return;
   }
+  a.device_sum = a.device_sum + v * weight;
+  // std::max(e, v) and std::min(e, v), as the double path combines values,
+  // not at::maximum/minimum: those propagate a NaN that std::max ignores (a
+  // NaN after the first value leaves the double path's extreme as it was).
+  if (reduce == KILN_METRIC_REDUCE_MAX) a.device_extreme = at::where(a.device_extreme < v, v, a.device_extreme);
+  if (reduce == KILN_METRIC_REDUCE_MIN) a.device_extreme = at::where(v < a.device_extreme, v, a.device_extreme);
 }
 
 void TensorMetrics::flush_into(MetricStore& store) {

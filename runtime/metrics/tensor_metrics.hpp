@@ -26,8 +26,8 @@ class TensorMetrics {
 
   // Adds `value` (one element, any device, floating or integer) with
   // `weight`. Queues device work only; never synchronises. Throws
-  // std::invalid_argument for a tensor that is not one element, or a
-  // reduction that differs from the name's earlier one in this epoch.
+  // std::invalid_argument for a tensor that is not one element or is complex,
+  // or a reduction that differs from the name's earlier one in this epoch.
   void record(const std::string& name, const at::Tensor& value, double weight, uint32_t flags);
 
   // A log point: reads every pending metric (one device-to-host copy for all

@@ -192,9 +192,10 @@ class RecorderModel : public Recording<kiln::Model> {
   void log_both_ways(const kiln::Batch& batch, int64_t b) {
     const at::Tensor input = batch["input"];
     const double rows = static_cast<double>(input.size(0));
-    const at::Tensor mean = input.mean();
-    const double value = mean.item<double>() + static_cast<double>(b) + host().rank();
-    const at::Tensor tensor = mean + static_cast<double>(b) + host().rank();
+    // One value, computed once in float64, so that metrics.csv can show the
+    // two paths equal to the last digit, not merely close.
+    const at::Tensor tensor = input.mean().to(at::kDouble) + static_cast<double>(b + host().rank());
+    const double value = tensor.item<double>();
     for (const auto& [reduce, name] : {std::pair{KILN_METRIC_REDUCE_MEAN, "mean"}, std::pair{KILN_METRIC_REDUCE_SUM, "sum"},
                                        std::pair{KILN_METRIC_REDUCE_MAX, "max"}, std::pair{KILN_METRIC_REDUCE_MIN, "min"}}) {
       host().log_metric(std::string("val/tensor_") + name, tensor, rows, reduce);

@@ -3,7 +3,11 @@
 // in a 1.0 host falls back to error_new and log_metric, and never calls past
 // the end of the 1.0 table.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "kiln/plugin.hpp"
@@ -91,6 +95,42 @@ TEST(SdkMetrics, AOneDotOneHostGetsTheTensorItself) {
   EXPECT_EQ(calls.value, 0.25);
   kiln::Host(&host).log_metric("val/acc", 0.5);  // a double still goes through log_metric
   EXPECT_EQ(calls.log_metric, 1);
+}
+
+// A real 1.0 host's table ends at KILN_HOST_STRUCT_SIZE_1_0: whatever lies
+// after it is not the host's. Here the table ends exactly where a page that
+// cannot be read begins, so a read of any 1.1 field (a pointer compared with
+// NULL, a speculative load) kills the test instead of passing by luck.
+class OneDotZeroTableAtAPageEnd {
+ public:
+  explicit OneDotZeroTableAtAPageEnd(const kiln_host& source) : page_(static_cast<size_t>(::sysconf(_SC_PAGESIZE))) {
+    void* base = ::mmap(nullptr, 2 * page_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<char*>(base);
+    if (::mprotect(base_ + page_, page_, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
+    static_assert(KILN_HOST_STRUCT_SIZE_1_0 % alignof(kiln_host) == 0, "the table must stay aligned");
+    char* start = base_ + page_ - KILN_HOST_STRUCT_SIZE_1_0;
+    std::memcpy(start, &source, KILN_HOST_STRUCT_SIZE_1_0);
+    host_ = reinterpret_cast<const kiln_host*>(start);
+  }
+  ~OneDotZeroTableAtAPageEnd() { ::munmap(base_, 2 * page_); }
+  const kiln_host* host() const { return host_; }
+
+ private:
+  size_t page_;
+  char* base_ = nullptr;
+  const kiln_host* host_ = nullptr;
+};
+
+TEST(SdkMetrics, NothingPastTheOneDotZeroTableIsRead) {
+  Calls calls;
+  const OneDotZeroTableAtAPageEnd table(host_table(&calls, KILN_HOST_STRUCT_SIZE_1_0));
+  kiln::Host(table.host()).log_metric("val/loss", at::scalar_tensor(0.75, at::kFloat), 4.0);
+  EXPECT_EQ(calls.log_metric, 1);
+  EXPECT_EQ(calls.value, 0.75);
+  kiln::detail::guarded(table.host(), [] { throw kiln::ConfigError("unknown config key 'hiden'"); });
+  EXPECT_EQ(calls.error_new, 1);
+  EXPECT_EQ(calls.log_metric_tensor + calls.error_new_code, 0);
 }
 
 TEST(SdkErrors, FrozenOneDotZeroSizesAreTheFloor) {

@@ -2,6 +2,9 @@
 // and reads values back once per log point, not once per record.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <vector>
+
 #include <ATen/ATen.h>
 
 #include "kiln/abi.h"
@@ -63,6 +66,60 @@ TEST(TensorMetrics, ReadsBackOncePerLogPointNotPerRecord) {
   EXPECT_DOUBLE_EQ(reduced.at("train/acc"), 0.5);
   EXPECT_DOUBLE_EQ(reduced.at("train/max"), 999.0);
   EXPECT_TRUE(pending.empty());
+}
+
+// A NaN among the values (a diverged batch): the double path's std::max
+// keeps its extreme when a later value is NaN, and stays NaN when the first
+// is. The tensor path on a device must do the same, not propagate every NaN
+// as at::maximum would.
+TEST_P(TensorMetricsTest, NaNValuesReduceAsTheDoublePathDoes) {
+  const auto [reduce, defer_cpu] = GetParam();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const std::vector<double>& values : {std::vector<double>{1.0, nan, 2.0, nan, -1.0},
+                                            std::vector<double>{nan, 1.0, 2.0}}) {
+    MetricStore doubles, tensors;
+    TensorMetrics pending(defer_cpu);
+    for (double v : values) {
+      doubles.record("m", v, 1, reduce.reduce);
+      pending.record("m", at::scalar_tensor(v, at::kDouble), 1, reduce.reduce);
+    }
+    pending.flush_into(tensors);
+    // The pending text carries sum and extreme exactly (%a, "nan" for NaN).
+    EXPECT_EQ(tensors.export_pending(), doubles.export_pending()) << reduce.name << " first " << values[0];
+  }
+}
+
+// A value that cannot be a metric (complex) is refused before anything is
+// recorded, on both paths: the metric's weight and count are untouched.
+TEST(TensorMetrics, ARefusedValueLeavesNoTrace) {
+  for (bool defer_cpu : {false, true}) {
+    MetricStore doubles, tensors;
+    TensorMetrics pending(defer_cpu);
+    doubles.record("m", 2.0, 3, KILN_METRIC_REDUCE_MEAN);
+    pending.record("m", at::scalar_tensor(2.0), 3, KILN_METRIC_REDUCE_MEAN);
+    EXPECT_THROW(pending.record("m", at::scalar_tensor(c10::complex<double>(1.0, 1.0), at::kComplexDouble), 5, KILN_METRIC_REDUCE_MEAN),
+                 std::invalid_argument);
+    pending.flush_into(tensors);
+    EXPECT_EQ(tensors.export_pending(), doubles.export_pending()) << (defer_cpu ? "deferred" : "read at once");
+  }
+}
+
+// The value is taken at the call, as log_metric's is: a plugin that reuses
+// one float64 tensor in place (a running buffer) does not change what was
+// recorded — on the device path too, where nothing is read until the flush.
+TEST(TensorMetrics, AValueChangedAfterTheCallKeepsItsRecordedValue) {
+  for (bool defer_cpu : {false, true}) {
+    MetricStore store;
+    TensorMetrics pending(defer_cpu);
+    at::Tensor buffer = at::scalar_tensor(3.0, at::kDouble);
+    pending.record("hi", buffer, 1, KILN_METRIC_REDUCE_MAX);
+    pending.record("mean", buffer, 1, KILN_METRIC_REDUCE_MEAN);
+    buffer.fill_(100.0);
+    pending.flush_into(store);
+    const auto reduced = store.reduce();
+    EXPECT_EQ(reduced.at("hi"), 3.0) << (defer_cpu ? "deferred" : "read at once");
+    EXPECT_EQ(reduced.at("mean"), 3.0) << (defer_cpu ? "deferred" : "read at once");
+  }
 }
 
 TEST(TensorMetrics, RefusesWhatTheDoublePathRefuses) {

@@ -314,12 +314,16 @@ typedef struct kiln_host {
   kiln_error* (*error_new_code)(const struct kiln_host* host, kiln_error_code code,
                                 const char* message);
   /* [main-thread & active] Records a metric whose value is a one-element
-   * tensor (a 0-d loss or accuracy, on any device) without reading it back:
-   * the host accumulates it where it lives and reads it only at log points
-   * (epoch ends, metric reductions, checkpoints, progress lines), so the step
-   * never waits for the device. `value` is borrowed; the host keeps a
-   * detached reference. Reductions, weights and ranks as for log_metric; a
-   * metric keeps one reduction in an epoch, whichever path records it. Main
+   * real tensor (a 0-d loss or accuracy, on any device; integer or floating)
+   * without reading it back: the host accumulates it where it lives and
+   * reads it only at log points (metric reductions at epoch and validation
+   * ends, checkpoints), so the step never waits for the device. `value` is
+   * borrowed, and its value is taken at the call, as log_metric's is: the
+   * host copies it on its device (detached), so the plugin may change or
+   * reuse the tensor afterwards. A complex tensor, or one of several
+   * elements, is refused and logged. Reductions, weights and ranks as for
+   * log_metric; a metric keeps one reduction in an epoch, whichever path
+   * records it. Main
    * thread only (model steps, callbacks): a data module on a prefetch thread
    * uses log_metric. Check KILN_HAS_FIELD(host, kiln_host, log_metric_tensor)
    * first: a 1.0 host lacks it (read the value and call log_metric; the C++
