@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 #include <spdlog/spdlog.h>
 
 #include "train/optim_registry.hpp"
@@ -120,7 +121,7 @@ void save_optimizer(CheckpointWriter& writer, torch::optim::Optimizer& optimizer
   if (!entry) throw std::logic_error("checkpoint: the optimizer was not built by kiln's optimizer registry");
   auto& states = optimizer.state();
   for (size_t i = 0; i < params.size(); ++i) {
-    auto it = states.find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
+    auto it = states.find(optimizer_state_key(params[i]));
     if (it == states.end()) continue;  // no step taken yet for this parameter
     const std::string prefix = "optim/" + std::to_string(i) + "/";
     const ParamStateFields fields = entry->save_state(*it->second);
@@ -155,7 +156,7 @@ void restore_optimizer(const CheckpointFile& file, torch::optim::Optimizer& opti
   for (size_t i = 0; i < params.size(); ++i) {
     const SectionFields fields(file, i, params[i]);
     if (fields.has(entry->state_marker)) {
-      states[c10::guts::to_string(params[i].unsafeGetTensorImpl())] = entry->load_state(fields);
+      states[optimizer_state_key(params[i])] = entry->load_state(fields);
       continue;
     }
     for (const auto& other : optimizer_registry()) {

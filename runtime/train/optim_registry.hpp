@@ -9,7 +9,9 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <typeindex>
 #include <utility>
 #include <vector>
@@ -19,6 +21,22 @@
 #include "config/manifest.hpp"
 
 namespace kiln {
+
+// The key torch::optim files a parameter's state under: its TensorImpl*'s
+// printed address in LibTorch 1.13, the TensorImpl* itself in 2.x. Taken
+// from the optimizer's own map type, so no version test is needed.
+using OptimizerStateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+template <class Key = OptimizerStateKey>
+Key optimizer_state_key(const at::Tensor& parameter) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << parameter.unsafeGetTensorImpl();
+    return out.str();
+  } else {
+    return parameter.unsafeGetTensorImpl();
+  }
+}
 
 // One parameter's optimizer state as a checkpoint holds it.
 struct ParamStateFields {

@@ -80,14 +80,14 @@ TEST_P(OptimizerRoundTrip, StateSurvivesSaveAndLoad) {
   for (const auto& p : original) copy.push_back(p.detach().clone().requires_grad_());
   auto resumed = entry.build(config, copy);
   for (std::size_t i = 0; i < original.size(); ++i) {
-    const auto& state = *trained->state().at(c10::guts::to_string(original[i].unsafeGetTensorImpl()));
+    const auto& state = *trained->state().at(optimizer_state_key(original[i]));
     const ParamStateFields fields = entry.save_state(state);
     const FieldsReader reader(fields);
     ASSERT_TRUE(reader.has(entry.state_marker)) << entry.state_marker;
-    resumed->state()[c10::guts::to_string(copy[i].unsafeGetTensorImpl())] = entry.load_state(reader);
+    resumed->state()[optimizer_state_key(copy[i])] = entry.load_state(reader);
     // What was loaded saves to the same fields.
     const ParamStateFields again =
-        entry.save_state(*resumed->state().at(c10::guts::to_string(copy[i].unsafeGetTensorImpl())));
+        entry.save_state(*resumed->state().at(optimizer_state_key(copy[i])));
     ASSERT_EQ(again.texts, fields.texts);
     ASSERT_EQ(again.tensors.size(), fields.tensors.size());
     for (std::size_t t = 0; t < fields.tensors.size(); ++t) {
