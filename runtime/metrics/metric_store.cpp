@@ -11,22 +11,7 @@
 namespace kiln {
 
 void MetricStore::record(const std::string& name, double value, double weight, uint32_t flags) {
-  const uint32_t reduce = flags & KILN_METRIC_REDUCE_MASK;
-  if (reduce > KILN_METRIC_REDUCE_MIN) throw std::invalid_argument("unknown reduction for metric '" + name + "'");
-  auto [it, inserted] = pending_.try_emplace(name);
-  Accumulator& a = it->second;
-  if (inserted) {
-    a.flags = flags;
-    a.reduce = reduce;
-    a.extreme = value;
-  } else if (a.reduce != reduce) {
-    throw std::invalid_argument("metric '" + name + "' was recorded with two different reductions in one epoch");
-  }
-  a.sum += value * weight;
-  a.weight += weight;
-  a.count += 1;
-  if (reduce == KILN_METRIC_REDUCE_MAX) a.extreme = std::max(a.extreme, value);
-  if (reduce == KILN_METRIC_REDUCE_MIN) a.extreme = std::min(a.extreme, value);
+  record_accumulated(name, flags, value * weight, weight, value, 1);
 }
 
 void MetricStore::record_accumulated(const std::string& name, uint32_t flags, double weighted_sum, double weight,
