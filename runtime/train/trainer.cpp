@@ -213,8 +213,15 @@ class Run final : public RunServices, public RunControl, public MetricSink {
   void record(const char* name, double value, double weight, uint32_t flags) override {
     record_metric("kiln", name, value, weight, flags);
   }
+  // Every step: the name is built once, not per call.
   void record_loss(const at::Tensor& loss, double weight) override {
-    record_metric_tensor("kiln", "train/loss", loss, weight, KILN_METRIC_REDUCE_MEAN);
+    static const std::string name = "train/loss";
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    try {
+      tensor_metrics_.record(name, loss, weight, KILN_METRIC_REDUCE_MEAN);
+    } catch (const std::exception& e) {
+      spdlog::warn("[kiln] {}", e.what());
+    }
   }
   // A fixed point where every rank reduces: plugins only ever record.
   std::map<std::string, double> reduce() override {
