@@ -156,6 +156,14 @@ std::string dlpack_problem(const DLTensor& t) {
   uintptr_t first = 0;
   if (t.data != nullptr && __builtin_add_overflow(reinterpret_cast<uintptr_t>(t.data), t.byte_offset, &first))
     return "byte_offset " + std::to_string(t.byte_offset) + " reaches past any addressable memory";
+  // LibTorch's kernels read elements as their C++ type (vectorised, with
+  // aligned loads for complex values): a first element off its natural
+  // alignment is a crash in a copy, not an error. Elements of 1 to 16 bytes
+  // are aligned to their size; numpy, LibTorch and malloc all give that.
+  const uint64_t item = (t.dtype.bits + 7) / 8;
+  if (numel > 0 && item > 1 && (item & (item - 1)) == 0 && first % std::min<uint64_t>(item, 16) != 0)
+    return "the first element (data + byte_offset " + std::to_string(t.byte_offset) + ") is not aligned to its " +
+           std::to_string(item) + "-byte size";
   return "";
 }
 

@@ -260,8 +260,9 @@ typedef struct kiln_host {
    * ownership of `managed`, even
    * on failure: its deleter runs when the last reference to the returned
    * handle is released (possibly on another thread), or before this returns
-   * NULL with *error set (e.g. an unsupported dtype). Never call the deleter
-   * yourself after passing it here. */
+   * NULL with *error set (e.g. an unsupported dtype, device memory, or a
+   * first element at data + byte_offset not aligned to its size). Never call
+   * the deleter yourself after passing it here. */
   kiln_tensor* (*tensor_from_dlpack)(const struct kiln_host* host, struct DLManagedTensor* managed,
                                      kiln_error** error);
   /* [any-thread & created] Exports a tensor as DLPack (zero-copy; the
