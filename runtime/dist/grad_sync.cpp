@@ -7,6 +7,7 @@
 // runtime/dist/stub provides the two declarations it needs.
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
+#include "dist/c10d_compat.hpp"
 #include "dist/process_group.hpp"
 
 namespace kiln {
@@ -27,10 +28,8 @@ GradSync::GradSync(ProcessGroup& group, const std::vector<at::Tensor>& parameter
   std::reverse(limits.begin(), limits.end());
   std::unordered_map<size_t, std::string> param_names;
   for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
-  reducer_ = std::make_shared<c10d::Reducer>(parameters, std::move(buckets), std::move(limits), group.group(), sparse,
-                                             kBucketBytes, /*find_unused_parameters=*/false,
-                                             /*gradient_as_bucket_view=*/false, std::move(param_names),
-                                             kFirstBucketBytes);
+  reducer_ = c10d_compat::make_reducer(parameters, std::move(buckets), std::move(limits), group.group(), sparse,
+                                       kBucketBytes, std::move(param_names), kFirstBucketBytes);
 }
 
 GradSync::~GradSync() = default;

@@ -12,9 +12,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef KILN_WITH_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
+
+#include "dist/c10d_compat.hpp"
 
 namespace kiln {
 
@@ -86,32 +85,25 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
   }
   arrive(deadline, where);
   if (wants_nccl(config, device)) {
-#ifdef KILN_WITH_NCCL
-    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-    nccl_options->timeout = timeout_;
-    group_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank_, world_size_, nccl_options);
+    group_ = c10d_compat::nccl_group(store_, rank_, world_size_, timeout_);
     return;
-#else
-    throw std::runtime_error("distributed.backend is nccl (or the device is CUDA), but this kiln was built "
-                             "against a LibTorch without NCCL; use backend = \"gloo\"");
-#endif
   }
   // Every rank is here, so Gloo's address exchange through the store is
   // quick. Its timeout is also every collective's that gives none (the DDP
   // Reducer's): the full timeout.
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_);
   // Which interface Gloo binds, as PyTorch decides it: GLOO_SOCKET_IFNAME if
   // set; loopback when the whole run is on this machine; else the address
   // this host's name resolves to.
+  std::shared_ptr<::gloo::transport::Device> gloo_device;
   if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
-    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+    gloo_device = c10d::ProcessGroupGloo::createDeviceForInterface(interface);
   } else if (env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0) {
-    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    gloo_device = c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   } else {
-    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    gloo_device = c10d::ProcessGroupGloo::createDefaultDevice();
   }
   try {
-    group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, gloo_options);
+    group_ = c10d_compat::gloo_group(store_, rank_, world_size_, timeout_, std::move(gloo_device));
   } catch (const std::exception& e) {
     throw PeerFailure("rendezvous at " + where + ": connecting the ranks failed: " + one_line(e.what()));
   }
