@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -113,11 +114,25 @@ at::Tensor load_tensor(const CheckpointFile& file, const std::string& name, cons
   return t;
 }
 
+// The key of a parameter's entry in Optimizer::state(): its TensorImpl's
+// address, as text in LibTorch 1.13 and as the pointer itself in 2.x.
+template <class Optimizer>
+auto state_key(Optimizer& optimizer, const at::Tensor& param) {
+  using Key = typename std::decay_t<decltype(optimizer.state())>::key_type;
+  if constexpr (std::is_pointer_v<Key>) {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  } else {
+    std::ostringstream text;  // what LibTorch 1.13's c10::guts::to_string did
+    text << param.unsafeGetTensorImpl();
+    return Key(text.str());
+  }
+}
+
 // The optimizer's per-parameter state, as tensor sections "optim/<i>/<field>".
 void save_optimizer(CheckpointWriter& writer, torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& params) {
   auto& states = optimizer.state();
   for (size_t i = 0; i < params.size(); ++i) {
-    auto it = states.find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
+    auto it = states.find(state_key(optimizer, params[i]));
     if (it == states.end()) continue;  // no step taken yet for this parameter
     const std::string prefix = "optim/" + std::to_string(i) + "/";
     if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
@@ -145,7 +160,7 @@ void restore_optimizer(const CheckpointFile& file, torch::optim::Optimizer& opti
   const bool is_adam = dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr;
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string prefix = "optim/" + std::to_string(i) + "/";
-    const std::string key = c10::guts::to_string(params[i].unsafeGetTensorImpl());
+    const auto key = state_key(optimizer, params[i]);
     if (file.has(prefix + "step")) {
       if (!is_adam && !is_adamw)
         throw CheckpointError(file.path().string() + ": the checkpoint holds Adam state, but the optimizer is not Adam/AdamW");
