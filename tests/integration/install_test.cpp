@@ -22,7 +22,8 @@ TEST(Install, OutOfTreePluginBuildsAgainstTheInstalledSdkAndTrains) {
 
   r = run_process({cmake, "-S", (source_dir() / "examples" / "out_of_tree").string(), "-B", build.string(),
                    "-DCMAKE_BUILD_TYPE=Release",
-                   "-DCMAKE_PREFIX_PATH=" + prefix.string() + ";" + std::string(KILN_TEST_TORCH_DIR)},
+                   "-DCMAKE_PREFIX_PATH=" + prefix.string() + ";" + std::string(KILN_TEST_TORCH_ROOT),
+                   "-DTorch_DIR=" + std::string(KILN_TEST_TORCH_DIR)},
                   slow);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_process({cmake, "--build", build.string(), "-j2"}, slow);
