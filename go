@@ -64,7 +64,8 @@ install_torch_wheel() {
   # finds both the CMake package and the libraries, never the system's.
   local root
   root=$("$py" -c "import os, importlib.util as u; print(os.path.dirname(u.find_spec('torch').origin))")
-  torch_args=(-DCMAKE_PREFIX_PATH="$root")
+  # Debian's build, when there is one, for integration.CrossLibTorch.* (skipped without it).
+  torch_args=(-DCMAKE_PREFIX_PATH="$root" -DKILN_OTHER_TORCH_BUILD="$PWD/build")
 }
 
 build() {
