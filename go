@@ -6,9 +6,9 @@
 #   ./go test --sanitize   the same suite (unit + integration) built with ASan+UBSan, in build-asan/
 #   ./go test --tsan       the concurrency tests built with ThreadSanitizer, in build-tsan/
 #   ./go fuzz [SECONDS]    the libFuzzer targets, SECONDS each (default 30), in build-fuzz/
-#   ./go build|test|example --torch wheel
-#                          the same against LibTorch 2.x from PyPI's torch wheel (pinned below),
-#                          installed into .venv-torch/, built in build-torch2/
+#   ./go test|build|example --torch wheel
+#                          the same against LibTorch 2.x from PyPI's torch wheel
+#                          (pinned below, in .venv-torch/), built in build-torch2/
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -21,12 +21,13 @@ PACKAGES=(
   libopenblas0-openmp
 )
 BUILD_DIR=${KILN_BUILD_DIR:-build}
-# The LibTorch 2.x variant: PyPI's torch wheel carries a complete LibTorch
-# (headers, libraries, CMake package). 2.11.0's wheel is built for CUDA 13.0,
-# the toolkit this machine has, so its CUDA parts configure and compile here.
-TORCH_WHEEL_VERSION=2.11.0
-TORCH_VENV=.venv-torch
-torch_args=()
+# `--torch wheel`: PyPI's torch wheel, a complete LibTorch 2.x (headers,
+# libraries, CMake package). PyPI's default Linux wheel is the CUDA one: it
+# pulls NVIDIA's runtime wheels too (about 5.4 GB in all); no GPU is needed
+# to build or run on CPU.
+TORCH_WHEEL_VERSION=2.14.1
+TORCH_VENV=${KILN_TORCH_VENV:-.venv-torch}
+TORCH=debian
 
 install_missing() {
   local missing=()
@@ -45,44 +46,32 @@ install_missing() {
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
+torch_args=()
+# Idempotent: (re)creates the environment only when the pinned torch is not in it.
+install_torch_wheel() {
+  local py="$TORCH_VENV/bin/python"
+  if ! "$py" -c "import sys, importlib.metadata as m; sys.exit(m.version('torch').split('+')[0] != '$TORCH_WHEEL_VERSION')" 2>/dev/null; then
+    if ! python3 -c "import venv, ensurepip" 2>/dev/null; then
+      PACKAGES+=(python3-venv)
+      install_missing
+    fi
+    echo "go: installing torch $TORCH_WHEEL_VERSION into $TORCH_VENV"
+    rm -rf "$TORCH_VENV"
+    python3 -m venv "$TORCH_VENV"
+    "$TORCH_VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_WHEEL_VERSION"
+  fi
+  # The LibTorch root (lib/, include/, share/cmake/): as CMAKE_PREFIX_PATH it
+  # finds both the CMake package and the libraries, never the system's.
+  local root
+  root=$("$py" -c "import os, importlib.util as u; print(os.path.dirname(u.find_spec('torch').origin))")
+  # Debian's build, when there is one, for integration.CrossLibTorch.* (skipped without it).
+  torch_args=(-DCMAKE_PREFIX_PATH="$root" -DKILN_OTHER_TORCH_BUILD="$PWD/build")
+}
+
 build() {
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${torch_args[@]}" "$@" >/dev/null
   cmake --build "$BUILD_DIR" -j2
 }
-
-# Installs the pinned torch wheel into $TORCH_VENV if it is not there yet,
-# and points the build at its LibTorch (build-torch2/ unless KILN_BUILD_DIR).
-use_torch_wheel() {
-  if ! "$TORCH_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_WHEEL_VERSION')" 2>/dev/null; then
-    echo "go: installing torch==$TORCH_WHEEL_VERSION into $TORCH_VENV (once; a few GB)"
-    python3 -m venv "$TORCH_VENV"
-    "$TORCH_VENV/bin/pip" install -q "torch==$TORCH_WHEEL_VERSION"
-  fi
-  local root
-  root=$("$TORCH_VENV/bin/python" -c "import os, torch; print(os.path.dirname(torch.__file__))" 2>/dev/null)
-  BUILD_DIR=${KILN_BUILD_DIR:-build-torch2}
-  # The package (share/cmake) and the root itself: TorchConfig finds its
-  # libraries through CMAKE_PREFIX_PATH before its own hint, and would
-  # otherwise take Debian's /usr/lib/.../libtorch.so.
-  torch_args=(-DCMAKE_PREFIX_PATH="$root/share/cmake;$root")
-}
-
-# Takes "--torch wheel" (or "--torch debian", the default) off the arguments.
-args=()
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --torch)
-      case "${2:-}" in
-        wheel) use_torch_wheel_wanted=1 ;;
-        debian) ;;
-        *) echo "go: --torch takes 'wheel' or 'debian'" >&2; exit 2 ;;
-      esac
-      shift 2
-      ;;
-    *) args+=("$1"); shift ;;
-  esac
-done
-set -- "${args[@]+"${args[@]}"}"
 
 # Sanitizer runs: a finding in any process (kiln, a worker, a test) fails
 # the test that started it. LibTorch and OpenMP are not instrumented; leak
@@ -98,16 +87,40 @@ export_sanitizer_options() {
   export KILN_TEST_TIMEOUT_SCALE=3
 }
 
+# `--torch debian|wheel` may follow the command, before its other options.
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+if [ "${1:-}" = "--torch" ]; then
+  TORCH=${2:-}
+  shift 2 || true
+fi
+case "$TORCH" in
+  debian) ;;
+  wheel)
+    case "$cmd" in
+      test|build|example) ;;
+      *) echo "go: --torch wheel goes with test, build or example" >&2; exit 2 ;;
+    esac
+    case "${1:-}" in
+      "") ;;
+      *) echo "go: --torch wheel runs the plain suite (no $1)" >&2; exit 2 ;;
+    esac
+    BUILD_DIR=${KILN_BUILD_DIR:-build-torch2}
+    ;;
+  *) echo "go: --torch takes debian or wheel" >&2; exit 2 ;;
+esac
+set -- "$cmd" "$@"
+
 case "${1:-}" in
   example)
     install_missing
-    [ -n "${use_torch_wheel_wanted:-}" ] && use_torch_wheel
+    [ "$TORCH" = wheel ] && install_torch_wheel
     build
     "$BUILD_DIR/bin/kiln" fit examples/fashion_mnist/mlp.toml
     ;;
   test)
     install_missing
-    [ -n "${use_torch_wheel_wanted:-}" ] && use_torch_wheel
+    [ "$TORCH" = wheel ] && install_torch_wheel
     case "${2:-}" in
       --sanitize)
         BUILD_DIR=${KILN_BUILD_DIR:-build-asan}
@@ -129,7 +142,7 @@ case "${1:-}" in
         ctest --test-dir "$BUILD_DIR" --output-on-failure -j2
         ;;
       *)
-        echo "usage: ./go test [--sanitize | --tsan]" >&2
+        echo "usage: ./go test [--torch debian|wheel] [--sanitize | --tsan]" >&2
         exit 2
         ;;
     esac
@@ -140,11 +153,12 @@ case "${1:-}" in
     ;;
   build)
     install_missing
-    [ -n "${use_torch_wheel_wanted:-}" ] && use_torch_wheel
+    [ "$TORCH" = wheel ] && install_torch_wheel
     build
     ;;
   *)
-    echo "usage: ./go example | test [--sanitize | --tsan] | build | fuzz [SECONDS]  [--torch wheel]" >&2
+    echo "usage: ./go example | test [--sanitize | --tsan] | build | fuzz [SECONDS]" >&2
+    echo "       ./go example | test | build  --torch wheel   (LibTorch $TORCH_WHEEL_VERSION from PyPI)" >&2
     exit 2
     ;;
 esac

@@ -3,11 +3,17 @@
 #include "util/errors.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <optional>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -53,6 +59,31 @@ bool wants_nccl(const DistributedConfig& config, const std::string& device) {
   return device.rfind("cuda", 0) == 0;
 }
 
+// Whether something accepts TCP connections at host:port within `wait`.
+bool accepts_connections(const std::string& host, int port, std::chrono::milliseconds wait) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool ok = false;
+  for (addrinfo* a = found; a && !ok; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      ok = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t length = sizeof error;
+      ok = ::poll(&p, 1, static_cast<int>(wait.count())) == 1 &&
+           ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return ok;
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, const std::string& device,
@@ -73,6 +104,18 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
   options.numWorkers = world_size_;
   options.waitWorkers = false;  // arrival is counted below, against the deadline
   options.timeout = timeout_;
+  // A rank other than 0 first waits, against the deadline, for rank 0's
+  // store to listen: c10d's own client retries with back-off and would wait
+  // about twice the timeout (LibTorch 2.x), logging a backtrace per try.
+  if (rank_ != 0) {
+    while (!accepts_connections(env.master_addr, env.master_port, std::chrono::milliseconds(200))) {
+      check_interrupted("the rendezvous");
+      if (Clock::now() >= deadline)
+        throw PeerFailure("rendezvous at " + where + " failed within " + seconds(timeout_) +
+                          ": no store is listening there (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   try {
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
     // A prefix per run id keeps two runs on one store address apart.

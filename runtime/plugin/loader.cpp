@@ -1,11 +1,16 @@
 #include "plugin/loader.hpp"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <set>
+#include <vector>
 
 #include <boost/dll/shared_library.hpp>
 #include <torch/version.h>
@@ -45,6 +50,63 @@ bool is_elf(const std::filesystem::path& path) {
   char magic[4] = {};
   in.read(magic, 4);
   return in.gcount() == 4 && std::memcmp(magic, "\x7f" "ELF", 4) == 0;
+}
+
+// The DT_NEEDED entries of a 64-bit ELF file, read from its section headers
+// without loading it; empty when the file is not one or is malformed.
+std::vector<std::string> needed_libraries(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto fits = [&](uint64_t offset, uint64_t size) { return offset <= bytes.size() && size <= bytes.size() - offset; };
+  Elf64_Ehdr header;
+  if (!fits(0, sizeof header)) return {};
+  std::memcpy(&header, bytes.data(), sizeof header);
+  if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_shentsize != sizeof(Elf64_Shdr)) return {};
+  const auto section = [&](size_t i, Elf64_Shdr& out) {
+    const uint64_t at = header.e_shoff + i * sizeof(Elf64_Shdr);
+    if (i >= header.e_shnum || !fits(at, sizeof out)) return false;
+    std::memcpy(&out, bytes.data() + at, sizeof out);
+    return true;
+  };
+  std::vector<std::string> needed;
+  Elf64_Shdr dynamic, strings;
+  for (size_t i = 0; section(i, dynamic); ++i) {
+    if (dynamic.sh_type != SHT_DYNAMIC || !section(dynamic.sh_link, strings)) continue;
+    if (!fits(dynamic.sh_offset, dynamic.sh_size) || !fits(strings.sh_offset, strings.sh_size)) return {};
+    for (uint64_t at = 0; at + sizeof(Elf64_Dyn) <= dynamic.sh_size; at += sizeof(Elf64_Dyn)) {
+      Elf64_Dyn entry;
+      std::memcpy(&entry, bytes.data() + dynamic.sh_offset + at, sizeof entry);
+      if (entry.d_tag == DT_NULL) break;
+      if (entry.d_tag != DT_NEEDED || entry.d_un.d_val >= strings.sh_size) continue;
+      const char* name = bytes.data() + strings.sh_offset + entry.d_un.d_val;
+      needed.emplace_back(name, strnlen(name, strings.sh_size - entry.d_un.d_val));
+    }
+  }
+  return needed;
+}
+
+// "libc10.so.1.13" -> "libc10.so"
+std::string so_stem(const std::string& name) {
+  const auto at = name.find(".so");
+  return at == std::string::npos ? name : name.substr(0, at + 3);
+}
+
+// This process's LibTorch libraries by stem: {"libc10.so": "libc10.so.1.13"}.
+const std::map<std::string, std::string>& host_torch_libraries() {
+  static const std::map<std::string, std::string> libraries = [] {
+    std::map<std::string, std::string> found;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* out) {
+          const std::string name = std::filesystem::path(info->dlpi_name ? info->dlpi_name : "").filename().string();
+          const std::string stem = so_stem(name);
+          if (stem == "libc10.so" || stem == "libtorch_cpu.so")
+            static_cast<std::map<std::string, std::string>*>(out)->emplace(stem, name);
+          return 0;
+        },
+        &found);
+    return found;
+  }();
+  return libraries;
 }
 
 }  // namespace
@@ -98,6 +160,18 @@ std::shared_ptr<PluginLibrary> Loader::open(const std::filesystem::path& path, c
     throw InputError(who + ": not a regular file; `path` must name a plugin shared object");
   if (!is_elf(absolute))
     throw InputError(who + ": not a shared object (no ELF header); `path` must name a plugin .so");
+  // A plugin linked to another LibTorch's libraries (other file names, as
+  // Debian's libc10.so.1.13 and a wheel's libc10.so) would load that LibTorch
+  // beside this one, and the two crash in their static initialisers before
+  // the plugin's descriptor could say which it was built against: refuse it
+  // unopened. (Same names: the descriptor's torch_version check, below.)
+  for (const auto& name : needed_libraries(absolute)) {
+    const auto host = host_torch_libraries().find(so_stem(name));
+    if (host != host_torch_libraries().end() && host->second != name)
+      throw InputError(who + ": was built against another LibTorch: it links " + name + ", but this kiln uses " +
+                       host->second + " (LibTorch " + host_torch_version() +
+                       "); rebuild the plugin with the same LibTorch (CMAKE_PREFIX_PATH)");
+  }
 
   boost::dll::shared_library library;
   boost::dll::fs::error_code load_error;
