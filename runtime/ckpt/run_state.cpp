@@ -1,5 +1,8 @@
 #include "ckpt/run_state.hpp"
 
+#include <cmath>
+#include <cstdio>
+
 #include "ckpt/retention.hpp"
 #include "util/errors.hpp"
 
@@ -168,6 +171,24 @@ void restore_optimizer(const CheckpointFile& file, torch::optim::Optimizer& opti
   }
 }
 
+// "scale <g>\ngrowth_tracker <n>\nskipped <n>\n", as save_run_state writes it.
+ScalerState read_scaler(const CheckpointFile& file) {
+  const std::string text(file.section("amp/scaler"));
+  const std::string where = file.path().string() + ": section 'amp/scaler'";
+  ScalerState state;
+  double scale = 0;
+  long long growth = -1, skipped = -1;
+  int consumed = 0;
+  if (std::sscanf(text.c_str(), "scale %lg growth_tracker %lld skipped %lld%n", &scale, &growth, &skipped, &consumed) !=
+          3 ||
+      !(scale > 0) || !std::isfinite(scale) || growth < 0 || skipped < 0)
+    throw CheckpointError(where + " is not a gradient scaler's state (" + printable(text) + ")");
+  state.scale = scale;
+  state.growth_tracker = growth;
+  state.skipped = skipped;
+  return state;
+}
+
 }  // namespace
 
 void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
@@ -184,6 +205,12 @@ void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
   }
   for (const auto& [id, blobs] : s.plugin_states)
     for (const auto& [key, bytes] : blobs) writer.add("plugin/" + id + "/" + key, bytes);
+  if (s.scaler) {
+    char text[128];
+    std::snprintf(text, sizeof text, "scale %.17g\ngrowth_tracker %lld\nskipped %lld\n", s.scaler->scale,
+                  static_cast<long long>(s.scaler->growth_tracker), static_cast<long long>(s.scaler->skipped));
+    writer.add("amp/scaler", text);
+  }
   writer.add("metrics/latest", s.metrics_latest);
   writer.add("metrics/pending", s.metrics_pending);
   writer.add("metrics/csv", s.csv);
@@ -240,6 +267,7 @@ void restore_run_state(const CheckpointFile& file, RunStateView& s) {
     if (slash == std::string::npos) continue;
     s.plugin_states[name.substr(7, slash - 7)][name.substr(slash + 1)] = std::string(file.section(name));
   }
+  if (s.scaler && file.has("amp/scaler")) *s.scaler = read_scaler(file);
   s.metrics_latest = std::string(file.section("metrics/latest"));
   s.metrics_pending = std::string(file.section("metrics/pending"));
   s.csv = std::string(file.section("metrics/csv"));

@@ -17,6 +17,7 @@
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_meta.hpp"
 #include "config/options.hpp"
+#include "train/scaler_state.hpp"
 
 namespace kiln {
 
@@ -37,6 +38,9 @@ struct RunStateView {
   std::string metrics_latest;       // MetricStore::export_latest()
   std::string metrics_pending;      // MetricStore::export_pending() (mid-epoch)
   std::string csv;                  // metrics.csv so far
+  // 16-mixed's gradient scaler, nullptr in other precisions. A checkpoint
+  // without one restores nothing into it (the scaler starts afresh).
+  ScalerState* scaler = nullptr;
 };
 
 // Writes a checkpoint of `state` to `file` with the commit protocol.

@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/manifest.hpp"
+#include "device/cuda_facts.hpp"
 #include "config/manifest_reference.hpp"
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_dir.hpp"
@@ -120,8 +121,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
                 const std::atomic<int>* signal, kiln::Heartbeat& heartbeat) {
   heartbeat.phase("loading the manifest and plugins");
   if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
-  const kiln::Manifest manifest =
-      kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
+  kiln::Manifest manifest = kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
   spdlog::set_level(spdlog_level(manifest.run.log_level));
   // Every plugin is checked here, once, before any worker starts.
   kiln::Loader loader;
@@ -133,6 +133,12 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   }
 
   const std::optional<kiln::DistEnv> launched = kiln::detect_launcher(kiln::process_environment());
+  // The device, decided before any worker starts or anything is written: a
+  // supervisor checks for all its ranks (each then takes its own), a
+  // launched rank for itself.
+  manifest.run.device = kiln::choose_device(
+      manifest.run.device, manifest.trainer.precision, manifest.distributed.backend, launched ? launched->local_rank : 0,
+      launched ? launched->local_world_size : manifest.distributed.processes, kiln::cuda_facts(), manifest.file.string());
   if (!launched && manifest.distributed.processes > 1) {
     kiln::SupervisorOptions options;
     options.processes = static_cast<int>(manifest.distributed.processes);

@@ -404,8 +404,9 @@ struct Field {
     return v;
   }
 
+  // An integer is taken as its digits: Lightning's `precision = 32`.
   std::string choice(const std::vector<std::string>& choices) const {
-    std::string v = string();
+    std::string v = node.is_integer() ? std::to_string(node.as_integer()->get()) : string();
     if (std::find(choices.begin(), choices.end(), v) == choices.end()) {
       fail(name() + " must be " + quoted_list(choices) + ", not '" + v + "'" + suggest(v, choices));
     }

@@ -46,7 +46,7 @@ struct RunConfig {
   uint64_t seed = 0;
   bool deterministic = false;
   int threads = 0;            // intra-op threads; 0 = all cores
-  std::string device = "cpu"; // "cpu", "cuda", "cuda:N"
+  std::string device = "auto"; // "auto", "cpu", "cuda", "cuda:N"
   LogLevel log_level = LogLevel::info;
 };
 
@@ -68,6 +68,7 @@ struct TrainerConfig {
   int64_t log_every_n_steps = 50;
   ProgressMode progress = ProgressMode::automatic;
   bool test_after_fit = false;      // run the test split at the end of `kiln fit`
+  Precision precision = Precision::fp32;
 };
 
 struct OptimizerConfig {

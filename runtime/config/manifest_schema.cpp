@@ -166,17 +166,17 @@ std::string refuse_run_name(const std::string& name, const std::string& v) {
          "' (it names the run's directory under runs/; use run.dir to choose another directory)";
 }
 
-// run.device: cpu, cuda or cuda:N — open-ended, so a string, not a closed set.
+// run.device: auto, cpu, cuda or cuda:N — open-ended, so a string, not a closed set.
 std::string refuse_device(const std::string& name, const std::string& v) {
   auto valid = [](const std::string& d) {
-    return d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() <= 9 && all_digits(d.substr(5)));
+    return d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() <= 9 && all_digits(d.substr(5)));
   };
   if (valid(v)) return "";
   std::string folded = v;
   for (char& c : folded) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (folded.rfind("gpu", 0) == 0) folded = "cuda" + folded.substr(3);
-  const std::string hint = valid(folded) ? " (did you mean '" + folded + "'?)" : detail::did_you_mean(v, {"cpu", "cuda"});
-  return name + " must be 'cpu', 'cuda' or 'cuda:N' (N = device index), not '" + v + "'" + hint;
+  const std::string hint = valid(folded) ? " (did you mean '" + folded + "'?)" : detail::did_you_mean(v, {"auto", "cpu", "cuda"});
+  return name + " must be 'auto', 'cpu', 'cuda' or 'cuda:N' (N = device index), not '" + v + "'" + hint;
 }
 
 std::vector<TableSchema> declare_schema() {
@@ -192,8 +192,10 @@ std::vector<TableSchema> declare_schema() {
   run.key("seed", &RunConfig::seed, "seeds the host's generator: sampling order and plugin randomness").at_least(0);
   run.key("deterministic", &RunConfig::deterministic, "asks LibTorch for deterministic algorithms");
   run.key("threads", &RunConfig::threads, "intra-op threads of the training step; 0 = all cores").between(0, 4096);
-  run.key("device", &RunConfig::device, "where the model and batches live")
-      .refuse(refuse_device, "`cpu`, `cuda`, `cuda:N`");
+  run.key("device", &RunConfig::device,
+          "where the model and batches live; `auto`: CUDA when a device is visible; with several processes on a "
+          "node, `cuda` and `auto` give each rank `cuda:LOCAL_RANK`")
+      .refuse(refuse_device, "`auto`, `cpu`, `cuda`, `cuda:N`");
   run.key("log_level", &RunConfig::log_level, "the host's log level");
   tables.push_back(run.done());
 
@@ -236,6 +238,9 @@ std::vector<TableSchema> declare_schema() {
       .at_least(1);
   trainer.key("progress", &TrainerConfig::progress, "auto: a bar on a terminal, lines elsewhere");
   trainer.key("test_after_fit", &TrainerConfig::test_after_fit, "run the test split at the end of `kiln fit`");
+  trainer.key("precision", &TrainerConfig::precision,
+              "`32`: float32; `bf16-mixed`: the model's steps under bfloat16 autocast (CPU or CUDA); `16-mixed`: "
+              "float16 autocast with a gradient scaler (CUDA only; the scale is saved in checkpoints)");
   tables.push_back(trainer.done());
 
   TableDeclaration<OptimizerConfig> optimizer("optimizer", &Manifest::optimizer,

@@ -24,6 +24,9 @@ enum class SchedulerInterval { epoch, step };
 enum class MonitorMode { min, max };
 enum class PreemptSignal { sigterm, sigusr1, none };
 enum class DistributedBackend { automatic, gloo, nccl };
+// Lightning's names: full float32, bfloat16 autocast, float16 autocast with a
+// gradient scaler.
+enum class Precision { fp32, bf16_mixed, fp16_mixed };
 
 // The names a manifest writes, index = the enum's value.
 template <class Option>
@@ -63,6 +66,11 @@ struct OptionNames<PreemptSignal> {
 template <>
 struct OptionNames<DistributedBackend> {
   static constexpr std::array<const char*, 3> names{"auto", "gloo", "nccl"};
+};
+
+template <>
+struct OptionNames<Precision> {
+  static constexpr std::array<const char*, 3> names{"32", "bf16-mixed", "16-mixed"};
 };
 
 // How many values a closed set has (for tables indexed by it).

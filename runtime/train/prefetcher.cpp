@@ -35,9 +35,11 @@ struct Prefetcher::State {
     std::exception_ptr error;
   };
 
-  State(const PluginInstance& data, kiln_split split, BatchPlan plan, size_t depth)
+  State(const PluginInstance& data, kiln_split split, BatchPlan plan, size_t depth,
+        std::function<void(kiln_batch&)> prepare)
       : data(data), keep(data.keep_alive()), split(split), plan(std::move(plan)), depth(depth),
-        serialize((data.plugin().descriptor->flags & KILN_DATA_CONCURRENT_GET_BATCH) == 0) {}
+        serialize((data.plugin().descriptor->flags & KILN_DATA_CONCURRENT_GET_BATCH) == 0),
+        prepare(std::move(prepare)) {}
 
   const PluginInstance& data;  // not to be touched once abandoned
   const PluginInstance::KeepAlive keep;
@@ -45,6 +47,7 @@ struct Prefetcher::State {
   const BatchPlan plan;
   const size_t depth;
   const bool serialize;
+  const std::function<void(kiln_batch&)> prepare;
 
   std::mutex mutex;
   std::condition_variable ready, room, exited;
@@ -92,6 +95,7 @@ void Prefetcher::State::work() {
       data.check(error, "get_batch");
       if (out == nullptr) data.check(make_error("get_batch returned no batch"), "get_batch");
       slot.batch.reset(out);
+      if (prepare) prepare(*slot.batch);
     } catch (...) {
       slot.error = std::current_exception();
     }
@@ -106,8 +110,10 @@ void Prefetcher::State::work() {
   exited.notify_all();
 }
 
-Prefetcher::Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth)
-    : state_(std::make_shared<State>(data, split, std::move(plan), static_cast<size_t>(std::max(1, depth)))),
+Prefetcher::Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth,
+                       std::function<void(kiln_batch&)> prepare)
+    : state_(std::make_shared<State>(data, split, std::move(plan), static_cast<size_t>(std::max(1, depth)),
+                                     std::move(prepare))),
       uncaught_at_construction_(std::uncaught_exceptions()) {
   const int count = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(state_->plan.size(), 1))));
   state_->running = count;

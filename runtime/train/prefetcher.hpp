@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "kiln/abi.h"
@@ -27,7 +28,10 @@ class Prefetcher {
  public:
   static constexpr std::chrono::seconds kAbandonAfter{2};
 
-  Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth);
+  // `prepare`, when given, runs on the prefetch thread on each batch before
+  // it is handed over (the batch mover's pinning); it may throw, as get_batch.
+  Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth,
+             std::function<void(kiln_batch&)> prepare = {});
   ~Prefetcher();  // stops the workers and frees batches not taken
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;

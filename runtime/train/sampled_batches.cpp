@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "device/batch_mover.hpp"
 #include "plugin/host_objects.hpp"
 #include "train/prefetcher.hpp"
 #include "train/sampler.hpp"
@@ -28,18 +29,35 @@ class Prefetched final : public BatchStream {
  public:
   Prefetched(const PluginInstance& data, kiln_split split, BatchPlan plan, const SamplingSettings& s,
              c10::Device device)
-      : prefetcher_(data, split, std::move(plan), s.prefetch_threads, s.prefetch_depth), device_(device) {}
+      : mover_(std::make_shared<BatchMover>(device)),
+        prefetcher_(data, split, std::move(plan), s.prefetch_threads, s.prefetch_depth,
+                    mover_->moves() ? [mover = mover_](kiln_batch& b) { mover->pin(b); }
+                                    : std::function<void(kiln_batch&)>()),
+        left_(static_cast<int64_t>(prefetcher_.size())) {}
   int64_t size() const override { return static_cast<int64_t>(prefetcher_.size()); }
   BatchPtr next() override {
-    BatchPtr batch = prefetcher_.next();
-    if (!device_.is_cpu())
-      for (auto& [name, tensor] : batch->tensors) tensor = tensor.to(device_, /*non_blocking=*/true);
+    --left_;
+    if (!mover_->moves()) return prefetcher_.next();
+    if (!staged_) stage();
+    BatchPtr batch = std::move(staged_);
+    mover_->finish(*batch);
+    // The next batch's copy is issued now, before this batch's step: it runs
+    // on the copy stream while the GPU computes this one.
+    if (left_ > 0) stage();
     return batch;
   }
 
  private:
+  void stage() {
+    staged_ = prefetcher_.next();
+    mover_->start(*staged_);
+  }
+
+  // Shared with the prefetch threads, which pin what they fetch.
+  std::shared_ptr<BatchMover> mover_;
   Prefetcher prefetcher_;
-  c10::Device device_;
+  int64_t left_;  // batches not yet taken
+  BatchPtr staged_;
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "ckpt/checkpointer.hpp"
 #include "ckpt/run_state.hpp"
 #include "dist/agreement.hpp"
+#include "device/batch_mover.hpp"
 #include "dist/grad_sync.hpp"
 #include "dist/heartbeat.hpp"
 #include "dist/process_group.hpp"
@@ -30,6 +31,7 @@
 #include "train/loops/fit_loop.hpp"
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
+#include "train/precision.hpp"
 #include "train/progress.hpp"
 #include "train/sampled_batches.hpp"
 #include "util/durable_file.hpp"
@@ -313,9 +315,10 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     const int threads = m_.run.threads > 0 ? m_.run.threads : static_cast<int>(std::thread::hardware_concurrency());
     at::set_num_threads(threads);
     if (m_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
-    spdlog::info("kiln {} {}: device {}, {} intra-op threads, BLAS {}, run dir {}", KILN_VERSION,
-                 command_name(command_), device_.str(), at::get_num_threads(), mapped_blas(),
-                 m_.run.dir.string());
+    make_current(device_);  // before NCCL and any plugin allocate on "the" GPU
+    spdlog::info("kiln {} {}: device {}, precision {}, {} intra-op threads, BLAS {}, run dir {}", KILN_VERSION,
+                 command_name(command_), device_.str(), option_name(m_.trainer.precision), at::get_num_threads(),
+                 mapped_blas(), m_.run.dir.string());
   }
 
   void phase(const char* name) {
@@ -335,7 +338,10 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     sampling.prefetch_threads = m_.trainer.prefetch_threads;
     sampling.prefetch_depth = m_.trainer.prefetch_depth;
     batches_.emplace(DataModuleProxy(session_->data()), sampling, device_);
-    context_.reset(new LoopContext{*model_, *batches_, *callbacks_, *this, progress_, *this});
+    // Mixed precision: the model's steps under autocast; the plugin is unchanged.
+    StepModel* steps = &*model_;
+    if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
+    context_.reset(new LoopContext{*steps, *batches_, *callbacks_, *this, progress_, *this});
     context_->rank = rank();
     context_->world_size = world_size();
     context_->max_epochs = max_epochs_;
@@ -391,8 +397,14 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     open_run_dir();
     if (group_) grad_sync_ = std::make_unique<GradSync>(*group_, trainable_, trainable_names_);
 
-    FitLoop loop(*context_, settings, Optimization{*optimizer_, schedule, trainable_, grad_sync_.get()}, *stop_);
+    std::optional<GradScaler> scaler;
+    if (m_.trainer.precision == Precision::fp16_mixed) scaler.emplace(scaler_state_);
+    FitLoop loop(*context_, settings,
+                 Optimization{*optimizer_, schedule, trainable_, grad_sync_.get(), scaler ? &*scaler : nullptr}, *stop_);
     loop.run(start);
+    if (scaler)
+      spdlog::info("16-mixed: {} optimizer steps skipped for inf/NaN gradients; loss scale now {}",
+                   scaler_state_.skipped, scaler_state_.scale);
   }
 
   // --- validate, test, predict ------------------------------------------------------
@@ -431,6 +443,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
       view.metrics_pending = metrics_.export_pending();
     }
     view.csv = csv_.text();
+    if (m_.trainer.precision == Precision::fp16_mixed) view.scaler = &scaler_state_;
     return view;
   }
 
@@ -581,6 +594,8 @@ class Run final : public RunServices, public RunControl, public MetricSink {
   std::unique_ptr<ProcessGroup> group_;
   std::optional<Checkpointer> checkpointer_;
   std::optional<ModelProxy> model_;
+  std::optional<AutocastSteps> autocast_steps_;  // mixed precision: model_ under autocast
+  ScalerState scaler_state_;                     // 16-mixed's gradient scaler (checkpointed)
   std::optional<CallbackSet> callbacks_;
   std::optional<SampledBatches> batches_;
   std::unique_ptr<LoopContext> context_;

@@ -287,8 +287,9 @@ TEST_F(ManifestTest, MinimalManifestGetsDefaults) {
   EXPECT_EQ(m.run.seed, 0u);
   EXPECT_FALSE(m.run.deterministic);
   EXPECT_EQ(m.run.threads, 0);
-  EXPECT_EQ(m.run.device, "cpu");
+  EXPECT_EQ(m.run.device, "auto");
   EXPECT_EQ(m.run.log_level, kiln::LogLevel::info);
+  EXPECT_EQ(m.trainer.precision, kiln::Precision::fp32);
 
   EXPECT_TRUE(m.callbacks.empty());
   EXPECT_EQ(m.model.config_toml.find_first_not_of(" \n"), std::string::npos) << m.model.config_toml;
@@ -353,6 +354,15 @@ TEST_F(ManifestTest, CheckpointTableEnablesAndDirFollowsRunDir) {
 
   const Manifest off = load(std::string("[checkpoint]\nenabled = false\n") + kMinimal);
   EXPECT_FALSE(off.checkpoint.enabled);
+}
+
+// Lightning writes precision as a number or a string; both name the same choice.
+TEST_F(ManifestTest, PrecisionTakesLightningsNames) {
+  EXPECT_EQ(load(std::string("[trainer]\nprecision = 32\n") + kMinimal).trainer.precision, kiln::Precision::fp32);
+  EXPECT_EQ(load(std::string("[trainer]\nprecision = \"32\"\n") + kMinimal).trainer.precision, kiln::Precision::fp32);
+  EXPECT_EQ(load(std::string("[trainer]\nprecision = \"bf16-mixed\"\n") + kMinimal).trainer.precision,
+            kiln::Precision::bf16_mixed);
+  EXPECT_EQ(load(kMinimal, {"trainer.precision=16-mixed"}).trainer.precision, kiln::Precision::fp16_mixed);
 }
 
 TEST_F(ManifestTest, IntegersAreAcceptedAsFloats) {
@@ -507,7 +517,7 @@ TEST_F(ManifestTest, EnumMessageListsTheChoices) {
   EXPECT_EQ(error(std::string("[optimizer]\nname = \"lamb\"\n") + kMinimal),
             at(2, 8) + "optimizer.name must be 'sgd', 'adam' or 'adamw', not 'lamb'");
   EXPECT_EQ(error(std::string("[run]\ndevice = \"tpu\"\n") + kMinimal),
-            at(2, 10) + "run.device must be 'cpu', 'cuda' or 'cuda:N' (N = device index), not 'tpu' (did you mean 'cpu'?)");
+            at(2, 10) + "run.device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (N = device index), not 'tpu' (did you mean 'cpu'?)");
 }
 
 TEST_F(ManifestTest, DeviceAcceptsCpuCudaAndCudaN) {
@@ -579,7 +589,10 @@ INSTANTIATE_TEST_SUITE_P(
         RangeCase{"[distributed]\nprocesses = 0", "distributed.processes must be >= 1, not 0"},
         RangeCase{"[distributed]\ntimeout_s = 0", "distributed.timeout_s must be > 0.0, not 0"},
         RangeCase{"[distributed]\nmaster_port = 70000", "distributed.master_port must be between 0 and 65535, not 70000"},
-        RangeCase{"[distributed]\nbackend = \"nccl\"", "distributed.backend = 'nccl' needs a CUDA device"},
+        // With device = 'auto' (the default) the device is known only at launch: device_choice_test.
+        RangeCase{"[run]\ndevice = \"cpu\"\n[distributed]\nbackend = \"nccl\"",
+                  "distributed.backend = 'nccl' needs a CUDA device"},
+        RangeCase{"[trainer]\nprecision = 16", "trainer.precision must be '32', 'bf16-mixed' or '16-mixed', not '16'"},
         RangeCase{"[run]\nthreads = -1", "run.threads must be between 0 and 4096, not -1"},
         RangeCase{"[run]\nseed = -1", "run.seed must be >= 0, not -1"},
         RangeCase{"[run]\nname = \"\"", "run.name must not be empty"},

@@ -8,6 +8,7 @@
 #include "dist/grad_sync.hpp"
 #include "plugin/host_objects.hpp"
 #include "train/optim.hpp"
+#include "train/precision.hpp"
 #include "train/progress.hpp"
 #include "util/errors.hpp"
 
@@ -46,13 +47,25 @@ void TrainingEpochLoop::backward(const at::Tensor& loss, bool sync) {
   }
 }
 
+// LibTorch's clip_grad_norm_ returns the norm as a double: a read-back of
+// the device every step. The same arithmetic stays on the device here.
 void TrainingEpochLoop::clip_gradients() {
   const double clip = settings_.gradient_clip_val;
   if (clip <= 0) return;
-  if (settings_.clip_by_value)
+  if (settings_.clip_by_value) {
     torch::nn::utils::clip_grad_value_(optimization_.trainable, clip);
-  else
-    torch::nn::utils::clip_grad_norm_(optimization_.trainable, clip);
+    return;
+  }
+  std::vector<at::Tensor> grads;
+  for (const auto& p : optimization_.trainable)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  std::vector<at::Tensor> norms;
+  norms.reserve(grads.size());
+  for (const auto& g : grads) norms.push_back(g.norm(2));
+  const at::Tensor total = at::stack(norms).norm(2);
+  const at::Tensor factor = (clip / (total + 1e-6)).clamp_max(1.0);
+  for (auto& g : grads) g.mul_(factor);
 }
 
 TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_batch) {
@@ -79,14 +92,23 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_ba
     // Recorded as a tensor: read back only at log points (no sync per step).
     c.metrics.record_loss(loss, static_cast<double>(rows));
     const at::Tensor shown = loss.detach();
-    backward(accumulate > 1 ? loss / static_cast<double>(accumulate) : loss, /*sync=*/boundary);
+    at::Tensor for_backward = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
+    if (optimization_.scaler) for_backward = optimization_.scaler->scale(for_backward);
+    backward(for_backward, /*sync=*/boundary);
+    for_backward = at::Tensor();
     loss = at::Tensor();
     batch.reset();
 
     std::optional<StopReason> stop;
     if (boundary) {
-      clip_gradients();
-      optimizer.step();
+      if (GradScaler* scaler = optimization_.scaler) {
+        scaler->unscale(optimization_.trainable);
+        clip_gradients();
+        if (scaler->step_and_update()) optimizer.step();  // skipped: inf/NaN gradients (counted)
+      } else {
+        clip_gradients();
+        optimizer.step();
+      }
       optimizer.zero_grad();
       ++c.global_step;
       if (optimization_.schedule.per_step()) optimization_.schedule.apply(optimizer, c.global_step);

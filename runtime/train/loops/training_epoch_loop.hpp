@@ -18,6 +18,7 @@ class Optimizer;
 namespace kiln {
 
 class GradSync;
+class GradScaler;
 class LrSchedule;
 
 struct TrainingSettings {
@@ -34,6 +35,7 @@ struct Optimization {
   const LrSchedule& schedule;
   const std::vector<at::Tensor>& trainable;
   GradSync* grad_sync = nullptr;
+  GradScaler* scaler = nullptr;  // 16-mixed only
 };
 
 class TrainingEpochLoop {
