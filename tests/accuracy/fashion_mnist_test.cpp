@@ -24,6 +24,26 @@ TEST(FashionMnist, MlpReaches88PercentIn5Epochs) {
   EXPECT_GE(last_value(rows, "test/acc"), 0.88) << r.output;
 }
 
+// The same manifest with trainer.precision = bf16-mixed (the model's steps
+// under bfloat16 autocast on the CPU): within 1 point of float32, and the
+// run says which precision it used.
+TEST(FashionMnist, MlpInBf16MixedIsWithinOnePointOfFloat32) {
+  const auto manifest = source_dir() / "examples" / "fashion_mnist" / "mlp.toml";
+  double accuracy[2];
+  const char* precisions[2] = {"32", "bf16-mixed"};
+  for (int i = 0; i < 2; ++i) {
+    TempDir dir;
+    const ProcessResult r = fit(manifest, {"--set", "run.dir=" + (dir / "run").string(), "--set",
+                                           "trainer.progress=none", "--set",
+                                           std::string("trainer.precision=") + precisions[i]});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string("precision ") + precisions[i] + ","), std::string::npos) << r.output;
+    accuracy[i] = last_value(read_metrics(dir / "run" / "metrics.csv"), "test/acc");
+  }
+  EXPECT_GE(accuracy[1], 0.88);
+  EXPECT_NEAR(accuracy[1], accuracy[0], 0.01) << "float32 " << accuracy[0] << ", bf16-mixed " << accuracy[1];
+}
+
 TEST(FashionMnist, CnnReaches90PercentIn5Epochs) {
   TempDir dir;
   const auto manifest = source_dir() / "examples" / "fashion_mnist" / "cnn.toml";

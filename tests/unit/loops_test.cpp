@@ -3,160 +3,12 @@
 // docs/checkpoints.md at the level of the loop that owns it.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
-
-#include <map>
-#include <string>
-#include <vector>
-
-#include "plugin/host_objects.hpp"
-#include "train/loops/evaluation_loop.hpp"
-#include "train/loops/fit_loop.hpp"
-#include "train/loops/predict_loop.hpp"
-#include "train/loops/stop_condition.hpp"
-#include "train/optim.hpp"
-#include "train/progress.hpp"
-#include "train/session.hpp"
-#include "metrics/metric_store.hpp"
+#include "loop_fakes.hpp"
 
 namespace kiln {
 namespace {
 
-// A linear model; every call is written down.
-struct FakeModel final : StepModel {
-  torch::nn::Linear net{4, 1};
-  std::vector<std::string> calls;
-  bool has_val = true, has_test = true;
-
-  bool has_step(kiln_split split) const override {
-    return split == KILN_SPLIT_VAL ? has_val : split == KILN_SPLIT_TEST ? has_test : true;
-  }
-  at::Tensor training_step(kiln_batch& batch, int64_t b) override {
-    calls.push_back("train " + std::to_string(b));
-    return net->forward(batch.tensors[0].second).pow(2).mean();
-  }
-  void evaluation_step(kiln_split split, kiln_batch&, int64_t b) override {
-    calls.push_back(std::string(split_name(split)) + " " + std::to_string(b));
-  }
-  at::Tensor predict_step(kiln_batch& batch, int64_t b) override {
-    calls.push_back("predict " + std::to_string(b));
-    return net->forward(batch.tensors[0].second);
-  }
-};
-
-// Splits of `length` rows, read in order, `batch_size` rows a batch; the
-// batch's first value is its epoch, so a test can see which epoch it was.
-struct FakeData final : BatchSource {
-  std::map<kiln_split, int64_t> lengths{{KILN_SPLIT_TRAIN, 10}, {KILN_SPLIT_VAL, 6}, {KILN_SPLIT_TEST, 5},
-                                        {KILN_SPLIT_PREDICT, 7}};
-  std::vector<std::string> opened;
-
-  struct Stream final : BatchStream {
-    int64_t rows_left, batch_size, left;
-    Stream(int64_t rows, int64_t bs, int64_t batches) : rows_left(rows), batch_size(bs), left(batches) {}
-    int64_t size() const override { return left; }
-    BatchPtr next() override {
-      const int64_t rows = std::min(batch_size, rows_left);
-      rows_left -= rows;
-      --left;
-      BatchPtr batch(new kiln_batch);
-      batch->tensors.emplace_back("x", torch::ones({rows, 4}));
-      return batch;
-    }
-  };
-
-  int64_t length(kiln_split split) override { return lengths[split]; }
-  int64_t batches_per_epoch(kiln_split split, const EpochSpec& spec) override {
-    return spec.limit.apply((lengths[split] + spec.batch_size - 1) / spec.batch_size);
-  }
-  std::unique_ptr<BatchStream> open(kiln_split split, const EpochSpec& spec, int64_t epoch, int64_t first) override {
-    opened.push_back(std::string(split_name(split)) + " epoch " + std::to_string(epoch) + " from " + std::to_string(first));
-    const int64_t batches = batches_per_epoch(split, spec);
-    return std::make_unique<Stream>(lengths[split] - first * spec.batch_size, spec.batch_size, batches - first);
-  }
-  [[noreturn]] void refuse_empty(kiln_split, const std::string& message) override { throw std::runtime_error(message); }
-};
-
-struct FakeEvents final : EventSink {
-  std::vector<std::string> seen;
-  std::function<void(Event, const kiln_progress&)> also;
-  void notify(Event event, const kiln_progress& p) override {
-    if (event != Event::train_batch_end) seen.push_back(event_name(event));
-    else seen.push_back(std::string(event_name(event)) + " " + std::to_string(p.global_step));
-    if (also) also(event, p);
-  }
-};
-
-struct FakeMetrics final : MetricSink {
-  MetricStore store;
-  void record(const char* name, double value, double weight, uint32_t flags) override {
-    store.record(name, value, weight, flags);
-  }
-  void record_loss(const at::Tensor& loss, double weight) override {
-    record("train/loss", loss.item<double>(), weight, KILN_METRIC_REDUCE_MEAN);
-  }
-  std::map<std::string, double> reduce() override { return store.reduce(); }
-};
-
-// Votes as other ranks would answer them: `others_stop_at_vote` N means
-// another rank asks to stop at the Nth vote; `preempt_at_vote` likewise.
-struct FakeControl final : RunControl {
-  std::vector<TrainPosition> checkpoints;
-  std::vector<std::map<std::string, double>> rows;
-  int votes = 0, others_stop_at_vote = -1, preempt_at_vote = -1;
-  void check_signal() override {}
-  Votes vote(const Votes& mine) override {
-    ++votes;
-    return Votes{mine.stop || votes == others_stop_at_vote, votes == preempt_at_vote};
-  }
-  std::filesystem::path save_checkpoint(const TrainPosition& p) override {
-    checkpoints.push_back(p);
-    return "fake.ckpt";
-  }
-  [[noreturn]] void preempted(const TrainPosition& p) override {
-    save_checkpoint(p);
-    throw RunAborted(KILN_FAILURE_PREEMPTED, "preempted");
-  }
-  void log_row(const std::map<std::string, double>& row) override { rows.push_back(row); }
-};
-
-std::string text(const TrainPosition& p) {
-  return std::to_string(p.epoch) + "/" + std::to_string(p.next_batch) + "/" + std::to_string(p.global_step);
-}
-
-// One fit, put together as the host does, over the fakes.
-struct Fit {
-  FakeModel model;
-  FakeData data;
-  FakeEvents events;
-  FakeMetrics metrics;
-  FakeControl control;
-  Progress progress{Progress::Mode::none, 50};
-  LoopContext context{model, data, events, metrics, progress, control};
-  torch::optim::SGD optimizer{model.net->parameters(), torch::optim::SGDOptions(0.1)};
-  std::vector<at::Tensor> trainable = model.net->parameters();
-  SchedulerConfig scheduler;
-  std::unique_ptr<LrSchedule> schedule;
-  std::unique_ptr<StopCondition> stop;
-  FitSettings settings;
-
-  Fit(int64_t max_epochs, int64_t max_steps, int world_size = 1, int64_t vote_every = 1) {
-    context.max_epochs = max_epochs;
-    context.max_steps = max_steps;
-    context.world_size = world_size;
-    schedule = std::make_unique<LrSchedule>(scheduler, 0.1, 10);
-    stop = std::make_unique<StopCondition>(max_epochs, max_steps, vote_every);
-    settings.training.spec = EpochSpec{false, 4, BatchLimit{}};  // 10 rows: batches of 4, 4, 2
-    settings.val = EpochSpec{false, 4, BatchLimit{}};
-    settings.test = EpochSpec{false, 4, BatchLimit{}};
-    settings.checkpoint_every_n_epochs = 1;
-  }
-  TrainPosition run(const TrainPosition& start = {}) {
-    FitLoop loop(context, settings, Optimization{optimizer, *schedule, trainable, nullptr}, *stop);
-    loop.run(start);
-    return loop.position();
-  }
-};
+using namespace kiln::test;
 
 TEST(FitLoopTest, RunsMaxEpochsWithHooksInOrderAndAnEpochCheckpointEachEpoch) {
   Fit fit(2, -1);
@@ -260,6 +112,40 @@ TEST(FitLoopTest, GradientAccumulationStepsAtBoundariesAndAtTheEpochsLastBatch) 
   fit.settings.training.accumulate_grad_batches = 2;  // 3 batches: steps after batch 1 and batch 2
   const TrainPosition end = fit.run();
   EXPECT_EQ(text(end), "1/0/2");
+}
+
+// Issue 9's rule: nothing in the training step waits for the device. The
+// loss is recorded as a tensor and read once per log point (here: the one
+// epoch end), with gradient-norm clipping and accumulation on; 3 epochs of
+// 3 batches read the host 3 times, not once per step.
+TEST(FitLoopTest, TheTrainingStepReadsNothingBackFromTheDevice) {
+  Fit fit(3, -1);
+  fit.model.has_val = fit.model.has_test = false;
+  fit.metrics.on_device.emplace(/*defer_cpu=*/true);
+  fit.settings.training.gradient_clip_val = 0.5;
+  fit.settings.training.accumulate_grad_batches = 2;
+  HostReads reads;
+  const TrainPosition end = fit.run();
+  EXPECT_EQ(text(end), "3/0/6");
+  EXPECT_EQ(reads.count(), 3) << "one read of the pending metrics per epoch end, none per step";
+  ASSERT_EQ(fit.control.rows.size(), 3u);
+  EXPECT_GT(fit.control.rows[0].at("train/loss"), 0.0);
+}
+
+// 16-mixed's one exception, as PyTorch's GradScaler: one flag read per
+// optimizer step decides whether the step is skipped.
+TEST(FitLoopTest, Float16MixedReadsOneFlagPerOptimizerStep) {
+  Fit fit(1, -1);
+  fit.model.has_val = fit.model.has_test = false;
+  fit.metrics.on_device.emplace(/*defer_cpu=*/true);
+  ScalerState state;
+  GradScaler scaler(state);
+  fit.scaler = &scaler;
+  HostReads reads;
+  fit.run();
+  EXPECT_EQ(reads.count(), 3 + 1) << "3 steps, 1 epoch end";
+  EXPECT_EQ(state.skipped, 0);
+  EXPECT_EQ(state.growth_tracker, 3);
 }
 
 TEST(FitLoopTest, StepCheckpointsFollowEveryNSteps) {

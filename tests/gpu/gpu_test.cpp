@@ -1,0 +1,83 @@
+// What needs a CUDA device: training on it in each precision, the scaler's
+// state in a 16-mixed checkpoint, a device index past the machine's refused,
+// and a training step that does not wait for the GPU. CTest label `gpu`.
+// Without a device (or with a LibTorch without CUDA) every test skips with
+// the same one line, and CTest reports it as skipped, never as passed.
+#include <gtest/gtest.h>
+
+#include <torch/cuda.h>
+
+#include "../integration/common.hpp"
+#include "../unit/loop_fakes.hpp"
+#include "ckpt/checkpoint_file.hpp"
+
+namespace kiln::test {
+namespace {
+
+class Gpu : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available())
+      GTEST_SKIP() << "no CUDA device visible to this process (or LibTorch without CUDA): GPU test not run";
+  }
+};
+
+// The synthetic MLP run of the integration tests, on the GPU, in `precision`.
+ProcessResult fit_on_gpu(const TempDir& dir, const std::string& precision, std::vector<std::string> more = {},
+                         const std::string& extra = "") {
+  std::vector<std::string> args{"fit", synthetic_manifest(dir, extra).string(), "--set", "run.device=cuda", "--set",
+                                "trainer.precision=" + precision};
+  args.insert(args.end(), more.begin(), more.end());
+  return kiln(args, {.timeout = std::chrono::seconds(300)});
+}
+
+TEST_F(Gpu, TrainsOnCudaInEachPrecision) {
+  for (const char* precision : {"32", "bf16-mixed", "16-mixed"}) {
+    TempDir dir;
+    const ProcessResult r = fit_on_gpu(dir, precision);
+    ASSERT_EQ(r.exit_code, 0) << precision << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string("device cuda:0, precision ") + precision), std::string::npos) << r.output;
+    const auto rows = read_metrics(dir / "run" / "metrics.csv");
+    ASSERT_EQ(rows.size(), 3u) << precision;
+    EXPECT_LT(rows.back().at("train/loss"), rows.front().at("train/loss")) << precision;
+  }
+}
+
+TEST_F(Gpu, Float16MixedCheckpointsCarryTheScalerAndResume) {
+  TempDir dir;
+  ProcessResult r = fit_on_gpu(dir, "16-mixed", {"--set", "trainer.max_epochs=2"}, "[checkpoint]\nevery_n_epochs = 1\n");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const CheckpointFile file = CheckpointFile::read(dir / "run" / "checkpoints" / "last.ckpt");
+  ASSERT_TRUE(file.has("amp/scaler"));
+  EXPECT_EQ(std::string(file.section("amp/scaler")).rfind("scale ", 0), 0u);
+  r = fit_on_gpu(dir, "16-mixed", {"--resume", "last"}, "[checkpoint]\nevery_n_epochs = 1\n");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("16-mixed:"), std::string::npos) << r.output;
+}
+
+TEST_F(Gpu, ADeviceIndexPastTheMachinesIsRefused) {
+  TempDir dir;
+  const int devices = static_cast<int>(torch::cuda::device_count());
+  const ProcessResult r = fit_on_gpu(dir, "32", {"--set", "run.device=cuda:" + std::to_string(devices)});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("this machine has " + std::to_string(devices) + " CUDA device"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+}
+
+// On a real device: three epochs of training read the GPU back three times
+// (the metrics at each epoch end), not once per step; the loss is recorded
+// with the host's own TensorMetrics as a device value.
+TEST_F(Gpu, TheTrainingStepDoesNotWaitForTheGpu) {
+  Fit fit(3, -1, 1, 1, c10::Device(c10::kCUDA, 0));
+  fit.model.has_val = fit.model.has_test = false;
+  fit.metrics.on_device.emplace(/*defer_cpu=*/false);
+  fit.settings.training.gradient_clip_val = 0.5;
+  HostReads reads;
+  const TrainPosition end = fit.run();
+  EXPECT_EQ(text(end), "3/0/9");
+  EXPECT_EQ(reads.count(), 3);
+}
+
+}  // namespace
+}  // namespace kiln::test
