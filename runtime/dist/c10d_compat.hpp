@@ -1,7 +1,8 @@
 // c10d as kiln uses it, the same on LibTorch 1.13 and 2.x. c10d changed
 // between them (2.x splits a ProcessGroup from its per-device Backends; the
 // DDP Reducer's constructor changed): every difference lives here, behind
-// TORCH_VERSION_MAJOR/MINOR, and nowhere else in kiln.
+// TORCH_VERSION_MAJOR/MINOR. (The one other adapter is autocast's, in
+// train/precision.cpp; docs.version_ifs_only_in_adapters checks.)
 #pragma once
 
 #include <chrono>

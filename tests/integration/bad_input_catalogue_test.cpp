@@ -164,6 +164,10 @@ std::vector<BadInput> catalogue() {
       {"set_wrong_type", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_epochs=abc"}); c.names = "max_epochs"; }},
       {"set_bad_array_index", [](Case& c) { c.args = fit(c, {"--set", "callbacks[x].patience=1"}); c.names = "callbacks[x]"; }},
       {"set_unparsable_number", [](Case& c) { c.args = fit(c, {"--set", "optimizer.lr=1e"}); c.names = "lr"; }},
+      // --- devices and precision (refused on any machine: with or without a GPU) --
+      {"device_index_past_the_gpus", [](Case& c) { c.args = fit(c, {"--set", "run.device=cuda:4095"}); c.names = "run.device = 'cuda:4095'"; }},
+      {"device_one_gpu_for_two_ranks", [](Case& c) { c.args = fit(c, {"-n", "2", "--set", "run.device=cuda:0"}); c.names = "run.device = 'cuda:0'"; }},
+      {"precision_16_mixed_on_the_cpu", [](Case& c) { c.args = fit(c, {"--set", "run.device=cpu", "--set", "trainer.precision=16-mixed"}); c.names = "trainer.precision = '16-mixed'"; }},
       // --- command lines --------------------------------------------------------
       {"cli_unknown_flag", [](Case& c) { c.args = fit(c, {"--frobnicate"}); c.names = "--frobnicate"; }},
       {"cli_zero_processes", [](Case& c) { c.args = fit(c, {"-n", "0"}); c.names = "--processes"; }},
