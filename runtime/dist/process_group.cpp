@@ -130,15 +130,6 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
     throw PeerFailure(text + " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
   }
   arrive(deadline, where);
-  if (wants_nccl(config, device)) {
-#ifdef KILN_WITH_NCCL
-    group_ = c10d_compat::nccl_group(store_, rank_, world_size_, timeout_);
-    return;
-#else
-    throw std::runtime_error("distributed.backend is nccl (or the device is CUDA), but this kiln was built "
-                             "against a LibTorch without NCCL; use backend = \"gloo\"");
-#endif
-  }
   // Every rank is here, so Gloo's address exchange through the store is
   // quick. Its timeout is also every collective's that gives none (the DDP
   // Reducer's): the full timeout.
@@ -153,10 +144,24 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
   } else {
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
+  // The host's own decisions (stop votes, checkpoint commits, barriers) are
+  // CPU tensors and always go over Gloo: they never need the GPU, and keep
+  // working when the device's group is NCCL.
   try {
-    group_ = c10d_compat::gloo_group(store_, rank_, world_size_, gloo_options);
+    control_ = c10d_compat::gloo_group(c10::make_intrusive<c10d::PrefixStore>("control", store_), rank_, world_size_,
+                                       gloo_options);
   } catch (const std::exception& e) {
     throw PeerFailure("rendezvous at " + where + ": connecting the ranks failed: " + one_line(e.what()));
+  }
+  group_ = control_;
+  if (wants_nccl(config, device)) {
+#ifdef KILN_WITH_NCCL
+    // The model's tensors (gradients, the initial weights) on CUDA: NCCL.
+    group_ = c10d_compat::nccl_group(store_, rank_, world_size_, timeout_);
+#else
+    throw std::runtime_error("distributed.backend is nccl (or the device is CUDA), but this kiln was built "
+                             "against a LibTorch without NCCL; use backend = \"gloo\"");
+#endif
   }
 }
 
@@ -220,7 +225,7 @@ void ProcessGroup::barrier() {
   collective("barrier", [&] {
     c10d::BarrierOptions options;
     options.timeout = timeout_;
-    wait(group_->barrier(options), "a barrier");
+    wait(control_->barrier(options), "a barrier");
   });
 }
 
@@ -249,7 +254,7 @@ void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
     // Not interruptible: kiln's all-reduces are the agreements themselves —
     // the stop vote (which is how a signal is acted on, by all ranks
     // together) and the checkpoint commit. Gloo's timeout bounds them.
-    const auto work = group_->allreduce(one, options);
+    const auto work = control_->allreduce(one, options);
     work->wait(timeout_);
   });
 }

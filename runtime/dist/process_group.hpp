@@ -42,9 +42,12 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   bool is_local_zero() const { return local_rank_ == 0; }
+  // The model's group: NCCL for CUDA tensors, else the Gloo control group.
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  // barrier and all_reduce_sum run on the Gloo control group: CPU only, so
+  // the host's decisions never need the GPU.
   void barrier();
   // In place, from `root` to every rank.
   void broadcast(std::vector<at::Tensor>& tensors, int root);
@@ -69,7 +72,8 @@ class ProcessGroup {
   int rank_, world_size_, local_rank_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;    // the model's tensors
+  c10::intrusive_ptr<c10d::ProcessGroup> control_;  // the host's decisions (Gloo, CPU)
   uint64_t gather_round_ = 0;
 };
 
