@@ -203,6 +203,11 @@ void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
     std::lock_guard<std::mutex> lock(generator.mutex());
     add_tensor(writer, "rng/cpu", generator.get_state());
   }
+  if (s.device.is_cuda()) {
+    at::Generator generator = at::globalContext().defaultGenerator(s.device);
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    add_tensor(writer, "rng/cuda", generator.get_state());
+  }
   for (const auto& [id, blobs] : s.plugin_states)
     for (const auto& [key, bytes] : blobs) writer.add("plugin/" + id + "/" + key, bytes);
   if (s.scaler) {
@@ -255,6 +260,22 @@ void restore_run_state(const CheckpointFile& file, RunStateView& s) {
     generator.set_state(state);
   } catch (const c10::Error& e) {
     throw CheckpointError(where + ": the RNG state is not one this LibTorch accepts (" + e.what_without_backtrace() + ")");
+  }
+
+  if (s.device.is_cuda() && file.has("rng/cuda")) {
+    const TensorSection cuda = parse_tensor(file, "rng/cuda");
+    at::Tensor cuda_state = at::empty(cuda.sizes, at::kByte);
+    if (cuda.data.size() != static_cast<size_t>(cuda_state.numel()))
+      throw CheckpointError(where + ": the CUDA RNG state section has the wrong size");
+    std::memcpy(cuda_state.data_ptr(), cuda.data.data(), cuda.data.size());
+    at::Generator cuda_generator = at::globalContext().defaultGenerator(s.device);
+    std::lock_guard<std::mutex> cuda_lock(cuda_generator.mutex());
+    try {
+      cuda_generator.set_state(cuda_state);
+    } catch (const c10::Error& e) {
+      throw CheckpointError(where + ": the CUDA RNG state is not one this LibTorch accepts (" +
+                            e.what_without_backtrace() + ")");
+    }
   }
 
   const CheckpointMeta meta = read_meta(file);

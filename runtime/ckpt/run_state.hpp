@@ -41,6 +41,9 @@ struct RunStateView {
   // 16-mixed's gradient scaler, nullptr in other precisions. A checkpoint
   // without one restores nothing into it (the scaler starts afresh).
   ScalerState* scaler = nullptr;
+  // The run's device: a CUDA device's generator (dropout on the GPU) is
+  // saved and restored beside the CPU's.
+  c10::Device device{c10::kCPU};
 };
 
 // Writes a checkpoint of `state` to `file` with the commit protocol.

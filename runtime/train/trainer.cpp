@@ -418,7 +418,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     const std::vector<at::Tensor> outputs =
         PredictLoop(*context_, EpochSpec{false, eval_batch_size(), m_.trainer.limit_predict_batches}).run();
     if (rank() != 0) return;  // predict is not sharded: rank 0 writes the whole split
-    const at::Tensor all = at::cat(outputs);
+    const at::Tensor all = at::cat(outputs).cpu();  // readable by torch.load on any machine
     const std::vector<char> bytes = torch::pickle_save(all);
     const auto file = m_.run.dir / "predictions.pt";
     write_file_durably(file, std::string_view(bytes.data(), bytes.size()));
@@ -444,6 +444,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     }
     view.csv = csv_.text();
     if (m_.trainer.precision == Precision::fp16_mixed) view.scaler = &scaler_state_;
+    view.device = device_;
     return view;
   }
 
