@@ -28,6 +28,9 @@ BUILD_DIR=${KILN_BUILD_DIR:-build}
 TORCH_WHEEL_VERSION=2.14.1
 TORCH_VENV=${KILN_TORCH_VENV:-.venv-torch}
 TORCH=debian
+# The readers tests check kiln's files with (never used by kiln itself).
+CHECK_PIP=(tensorboard==2.21.0 safetensors==0.8.0)
+CHECK_VENV=${KILN_CHECK_VENV:-.venv-check}
 
 install_missing() {
   local missing=()
@@ -44,7 +47,8 @@ install_missing() {
 
 # ccache, when present, makes the variants' builds share compiled units.
 launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+# base_dir: paths relative to the checkout, so worktrees share the cache too.
+command -v ccache >/dev/null && export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 
 torch_args=()
 # Idempotent: (re)creates the environment only when the pinned torch is not in it.
@@ -68,8 +72,29 @@ install_torch_wheel() {
   torch_args=(-DCMAKE_PREFIX_PATH="$root" -DKILN_OTHER_TORCH_BUILD="$PWD/build")
 }
 
+# A Python with torch, tensorboard and safetensors for the tests that read
+# kiln's files. Against Debian's LibTorch: Debian's python3-torch (the same
+# 1.13) in a venv that sees it; against the wheel: the wheel's own Python.
+check_args=()
+install_check_python() {
+  local py
+  if [ "$TORCH" = wheel ]; then
+    py="$TORCH_VENV/bin/python"
+  else
+    PACKAGES+=(python3-torch python3-venv)
+    install_missing
+    py="$CHECK_VENV/bin/python"
+    [ -x "$py" ] || /usr/bin/python3 -m venv --system-site-packages "$CHECK_VENV"
+  fi
+  if ! "$py" -c "import tensorboard, safetensors, torch" 2>/dev/null; then
+    echo "go: installing ${CHECK_PIP[*]} for the tests' file checks"
+    "$py" -m pip install -q --disable-pip-version-check "${CHECK_PIP[@]}"
+  fi
+  check_args=(-DKILN_CHECK_PYTHON="$PWD/$py")
+}
+
 build() {
-  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${torch_args[@]}" "$@" >/dev/null
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${torch_args[@]}" "${check_args[@]}" "$@" >/dev/null
   cmake --build "$BUILD_DIR" -j2
 }
 
@@ -121,6 +146,7 @@ case "${1:-}" in
   test)
     install_missing
     [ "$TORCH" = wheel ] && install_torch_wheel
+    install_check_python
     case "${2:-}" in
       --sanitize)
         BUILD_DIR=${KILN_BUILD_DIR:-build-asan}

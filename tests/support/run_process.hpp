@@ -56,6 +56,19 @@ std::filesystem::path plugin_dir();       // shipped plugins
 std::filesystem::path test_plugin_dir();  // plugins built only for tests
 std::filesystem::path source_dir();
 
+// The Python that checks kiln's files with the readers people use
+// (tensorboard, safetensors, torch): set by ./go (KILN_CHECK_PYTHON);
+// empty when this build was configured without one.
+std::filesystem::path check_python();
+
+// The one line a test prints when it skips for want of check_python().
+#define KILN_REQUIRE_CHECK_PYTHON()                                                            \
+  do {                                                                                         \
+    if (::kiln::test::check_python().empty())                                                  \
+      GTEST_SKIP() << "no checking Python (configure with -DKILN_CHECK_PYTHON=..., as ./go "  \
+                      "does): file checked by its real reader not run";                       \
+  } while (0)
+
 // Runs `kiln <args...>`.
 ProcessResult kiln(const std::vector<std::string>& args, const ProcessOptions& options = {});
 
