@@ -32,7 +32,7 @@
 #include "train/loops/fit_loop.hpp"
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
-#include "train/model_summary.hpp"
+#include "train/model_parameters.hpp"
 #include "train/precision.hpp"
 #include "train/progress.hpp"
 #include "train/sampled_batches.hpp"
@@ -511,11 +511,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     spdlog::info("model '{}': {} parameter tensors ({} values), {} buffers", model_->id(), params_.size(), count,
                  buffers_.size());
     if (command_ == Command::fit) {
-      std::vector<ParameterInfo> summary;
-      for (const auto& [name, tensor] : params_)
-        summary.push_back({name, tensor.numel(), static_cast<int64_t>(tensor.numel() * tensor.element_size()),
-                           tensor.requires_grad()});
-      for (const std::string& line : model_summary(summary)) spdlog::info("  {}", line);
+      for (const std::string& line : model_summary(parameter_infos(params_))) spdlog::info("  {}", line);
     }
     if (spdlog::should_log(spdlog::level::debug)) {
       // A like-for-like marker: bench/ compares it with a hand-written loop.
