@@ -69,6 +69,7 @@ struct TrainerConfig {
   ProgressMode progress = ProgressMode::automatic;
   bool test_after_fit = false;      // run the test split at the end of `kiln fit`
   Precision precision = Precision::fp32;
+  bool predictions_text = false;    // `kiln predict` also writes predictions.txt (uint8 rows as text)
 };
 
 struct OptimizerConfig {

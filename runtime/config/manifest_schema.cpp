@@ -241,6 +241,9 @@ std::vector<TableSchema> declare_schema() {
   trainer.key("precision", &TrainerConfig::precision,
               "`32`: float32; `bf16-mixed`: the model's steps under bfloat16 autocast (CPU or CUDA); `16-mixed`: "
               "float16 autocast with a gradient scaler (CUDA only; the scale is saved in checkpoints)");
+  trainer.key("predictions_text", &TrainerConfig::predictions_text,
+              "`kiln predict` also writes predictions.txt: each row of uint8 outputs (bytes) as text, under a "
+              "`--- row N ---` line");
   tables.push_back(trainer.done());
 
   TableDeclaration<OptimizerConfig> optimizer("optimizer", &Manifest::optimizer,
