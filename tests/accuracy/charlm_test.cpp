@@ -1,9 +1,10 @@
 // The charlm example's promise (examples/charlm/README.md), on the real
 // text: examples/charlm/run.toml, trained on the King James Bible that
-// examples/charlm/prepare.sh writes, brings the validation loss under
-// 2.5 bits per character within its 3000 steps, and `kiln predict` on the
-// trained weights writes readable samples. The bound is on steps, never on
-// time: the run is a pure function of the seed.
+// examples/charlm/prepare.sh writes, brings the validation loss under 2.3
+// bits per character within its 3000 steps (it ends near 2.13 with Debian's
+// LibTorch 1.13), and `kiln predict` on the trained weights writes readable
+// samples. The bound is on steps, never on time: the run is a pure function
+// of the seed; the margin is for other LibTorch and BLAS builds.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,7 +14,7 @@
 namespace kiln::test {
 namespace {
 
-TEST(CharLm, KjvValidationFallsBelow2Point5BitsPerCharacterIn3000Steps) {
+TEST(CharLm, KjvValidationFallsBelow2Point3BitsPerCharacterIn3000Steps) {
   TempDir dir;
   const auto example = source_dir() / "examples" / "charlm";
   const auto text = dir / "kjv.txt";
@@ -30,7 +31,7 @@ TEST(CharLm, KjvValidationFallsBelow2Point5BitsPerCharacterIn3000Steps) {
   const auto rows = read_metrics(dir / "run" / "metrics.csv");
   EXPECT_LE(last_value(rows, "step"), 3000);
   const double bpc = last_value(rows, "val/bpc");
-  EXPECT_LT(bpc, 2.5) << fit.output;
+  EXPECT_LT(bpc, 2.3) << fit.output;
   // bpc is the loss in bits: the same number, in another unit.
   EXPECT_NEAR(bpc, last_value(rows, "val/loss") / std::log(2.0), 1e-4);
 
