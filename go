@@ -17,6 +17,8 @@ PACKAGES=(
   libtorch-dev libgloo-dev libboost-dev libtomlplusplus-dev libspdlog-dev libcli11-dev
   libgtest-dev libdlpack-dev libxxhash-dev zlib1g-dev
   dataset-fashion-mnist
+  # The King James Bible as text (public domain): examples/charlm/prepare.sh.
+  bible-kjv bible-kjv-text
   # Without it LibTorch runs on Netlib's reference BLAS, ~19x slower on an MLP.
   libopenblas0-openmp
 )

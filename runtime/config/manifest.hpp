@@ -73,6 +73,7 @@ struct TrainerConfig {
   // Validation inside an epoch: a fraction of the epoch's batches or a
   // number of batches; 1.0 = at the epoch's end only.
   BatchLimit val_check_interval;
+  bool predictions_text = false;    // `kiln predict` also writes predictions.txt (uint8 rows as text)
 };
 
 struct OptimizerConfig {

@@ -259,6 +259,9 @@ std::vector<TableSchema> declare_schema() {
               "validation inside the epoch: a fraction of its batches (0.25 = four times an epoch) or a number "
               "of training batches; 1.0 = at the epoch's end only (validating epochs follow check_val_every_n_epoch)")
       .allowed("an integer >= 1 (batches) or a float in (0.0, 1.0] (a fraction)");
+  trainer.key("predictions_text", &TrainerConfig::predictions_text,
+              "`kiln predict` also writes predictions.txt: each row of uint8 outputs (bytes) as text, under a "
+              "`--- row N ---` line");
   tables.push_back(trainer.done());
 
   TableDeclaration<OptimizerConfig> optimizer("optimizer", &Manifest::optimizer,

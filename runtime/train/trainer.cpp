@@ -34,6 +34,7 @@
 #include "train/loops/stop_condition.hpp"
 #include "train/model_parameters.hpp"
 #include "train/precision.hpp"
+#include "train/prediction_text.hpp"
 #include "train/progress.hpp"
 #include "train/sampled_batches.hpp"
 #include "util/durable_file.hpp"
@@ -440,10 +441,19 @@ class Run final : public RunServices, public RunControl, public MetricSink {
         PredictLoop(*context_, EpochSpec{false, eval_batch_size(), m_.trainer.limit_predict_batches}).run();
     if (rank() != 0) return;  // predict is not sharded: rank 0 writes the whole split
     const at::Tensor all = at::cat(outputs).cpu();  // readable by torch.load on any machine
+    // Made before anything is written: outputs that are not bytes refuse the
+    // run with nothing on disk.
+    const std::optional<std::string> text =
+        m_.trainer.predictions_text ? std::optional<std::string>(prediction_text(all)) : std::nullopt;
     const std::vector<char> bytes = torch::pickle_save(all);
     const auto file = m_.run.dir / "predictions.pt";
     write_file_durably(file, std::string_view(bytes.data(), bytes.size()));
     spdlog::info("predict: {} rows written to {} (load with torch.load)", all.size(0), file.string());
+    if (text) {
+      const auto text_file = m_.run.dir / "predictions.txt";
+      write_file_durably(text_file, *text);
+      spdlog::info("predict: the rows as text in {}", text_file.string());
+    }
   }
 
   // --- checkpoints -------------------------------------------------------------------

@@ -143,6 +143,15 @@ void fashion_mnist_damaged(Case& c, const std::string& file, const std::function
   c.names = file;
 }
 
+// The charlm model on a token file written into the case's directory.
+void token_stream_case(Case& c, const std::string& file, const std::string& data_keys) {
+  rewrite_manifest(c, "[model]\npath = \"kiln_mlp\"\nin_features = 32\nhidden = [16]\nclasses = 4\n",
+                   "[model]\npath = \"kiln_charlm\"\nblock_size = 16\nn_layer = 1\nn_head = 2\nn_embd = 16\n");
+  rewrite_manifest(c, "[data]\npath = \"kiln_synthetic\"\nfeatures = 32\nclasses = 4\n",
+                   "[data]\npath = \"kiln_token_stream\"\nfile = \"" + (c.dir / file).string() + "\"\n" + data_keys);
+  c.args = fit(c);
+}
+
 std::vector<BadInput> catalogue() {
   return {
       // --- manifests ----------------------------------------------------------
@@ -236,6 +245,22 @@ std::vector<BadInput> catalogue() {
        }},
       {"data_idx_not_gzip_nor_idx", [](Case& c) {
          fashion_mnist_damaged(c, "train-images-idx3-ubyte.gz", [](std::string& b) { b = "hello"; });
+       }},
+      {"data_token_file_missing", [](Case& c) { token_stream_case(c, "nope.bin", "block_size = 16\n"); c.names = "nope.bin"; }},
+      {"data_token_file_odd_length_for_uint16", [](Case& c) {
+         put_bytes(c.dir / "odd.bin", std::string(1001, 'a'));
+         token_stream_case(c, "odd.bin", "token_bytes = 2\nblock_size = 16\n");
+         c.names = "odd.bin";
+       }},
+      {"data_block_size_longer_than_the_text", [](Case& c) {
+         put_bytes(c.dir / "short.txt", std::string(40, 'a'));
+         token_stream_case(c, "short.txt", "block_size = 64\nval_fraction = 0.0\n");
+         c.names = "block_size";
+       }},
+      {"data_block_size_longer_than_the_val_split", [](Case& c) {
+         put_bytes(c.dir / "text.txt", std::string(1000, 'a'));
+         token_stream_case(c, "text.txt", "block_size = 16\nval_fraction = 0.01\n");
+         c.names = "block_size";
        }},
   };
 }

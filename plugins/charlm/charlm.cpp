@@ -1,0 +1,118 @@
+// kiln.charlm — a small GPT-style language model over tokens (bytes, for a
+// character-level model): see gpt.hpp for the network. It reads the batches
+// of kiln.token_stream: "input" and "target" int64 [N, T].
+//
+// [model]
+// path = "kiln_charlm"
+// vocab_size = 256      # 256: every byte is a token
+// block_size = 128      # the longest context (>= the data's block_size)
+// n_layer = 4
+// n_head = 4            # must divide n_embd
+// n_embd = 128
+// dropout = 0.0
+// # `kiln predict`: what to generate after each prompt
+// max_new_tokens = 200
+// temperature = 0.8     # 0 = greedy
+// top_k = 0             # 0 = sample from every token
+// seed = 0              # the draws; the same text for the same weights
+//
+// Metrics: train/loss, val/loss and test/loss are cross-entropies in nats
+// per token; */bpc is the same in bits (loss / ln 2: bits per character when
+// tokens are bytes), the usual unit for character models.
+// predict_step returns the generated tokens, one row per prompt: uint8 when
+// vocab_size <= 256 (bytes: `[trainer] predictions_text = true` makes
+// `kiln predict` write them as text too), else int64.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "generate.hpp"
+#include "gpt.hpp"
+#include "kiln/plugin.hpp"
+#include "kiln_plugins/checks.hpp"
+
+namespace {
+
+constexpr const char* kId = "kiln.charlm";
+const double kLn2 = std::log(2.0);
+
+// splitmix64's finaliser: one well-mixed seed per (seed, batch) so batches
+// draw independent streams.
+uint64_t mix(uint64_t seed, uint64_t stream) {
+  uint64_t z = seed + (stream + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+class CharLm final : public kiln::Model {
+ public:
+  CharLm(const kiln::Host& host, kiln::Config& config) : Model(host) {
+    using kiln_plugins::non_negative;
+    using kiln_plugins::positive;
+    kiln_charlm::GptOptions o;
+    o.vocab_size = positive("vocab_size", config.get<int64_t>("vocab_size", 256));
+    o.block_size = positive("block_size", config.get<int64_t>("block_size", 128));
+    o.n_layer = positive("n_layer", config.get<int64_t>("n_layer", 4));
+    o.n_head = positive("n_head", config.get<int64_t>("n_head", 4));
+    o.n_embd = positive("n_embd", config.get<int64_t>("n_embd", 128));
+    if (o.n_embd % o.n_head != 0)
+      throw kiln::ConfigError("'n_head' = " + std::to_string(o.n_head) + " does not divide 'n_embd' = " +
+                              std::to_string(o.n_embd) + "; each head gets n_embd / n_head dimensions");
+    o.dropout = kiln_plugins::dropout_rate("dropout", config.get<double>("dropout", 0.0));
+    sampling_.max_new_tokens = positive("max_new_tokens", config.get<int64_t>("max_new_tokens", 200));
+    sampling_.temperature = non_negative("temperature", config.get<double>("temperature", 0.8));
+    sampling_.top_k = non_negative("top_k", config.get<int64_t>("top_k", 0));
+    // TOML integers are signed; any value is a usable seed.
+    seed_ = static_cast<uint64_t>(config.get<int64_t>("seed", 0));
+    // Built here, not in setup: the host seeds the generator right before
+    // create, so the initial weights follow run.seed.
+    net_ = kiln_charlm::Gpt(o);
+  }
+
+  torch::nn::Module& module() override { return *net_; }
+
+  at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
+    const at::Tensor loss = loss_of(batch);
+    host().log_metric("train/bpc", loss.detach() / kLn2, static_cast<double>(batch["target"].numel()));
+    return loss;
+  }
+
+  void validation_step(const kiln::Batch& batch, int64_t) override { evaluate(batch, "val/"); }
+  void test_step(const kiln::Batch& batch, int64_t) override { evaluate(batch, "test/"); }
+
+  at::Tensor predict_step(const kiln::Batch& batch, int64_t batch_index) override {
+    const at::Tensor tokens =
+        kiln_charlm::generate(net_, batch["input"], sampling_, mix(seed_, static_cast<uint64_t>(batch_index)));
+    return net_->options().vocab_size <= 256 ? tokens.to(at::kByte) : tokens;
+  }
+
+ private:
+  // Mean cross-entropy per token, in nats.
+  at::Tensor loss_of(const kiln::Batch& batch) {
+    const at::Tensor logits = net_->forward(batch["input"]);
+    const at::Tensor target = batch["target"];
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
+  }
+
+  // Weighted by tokens, so the epoch's value is the mean over every
+  // held-out token whatever the batch sizes.
+  void evaluate(const kiln::Batch& batch, const std::string& prefix) {
+    const double tokens = static_cast<double>(batch["target"].numel());
+    if (tokens == 0) return;
+    const at::Tensor loss = loss_of(batch);
+    host().log_metric(prefix + "loss", loss, tokens);
+    host().log_metric(prefix + "bpc", loss / kLn2, tokens);
+  }
+
+  kiln_charlm::Gpt net_{nullptr};
+  kiln_charlm::SamplingOptions sampling_;
+  uint64_t seed_ = 0;
+};
+
+}  // namespace
+
+KILN_EXPORT_PLUGINS(kiln::describe<CharLm>({kId, "Character GPT", "0.1.0",
+                                            "A small GPT-style language model over byte (or other) tokens"}))
