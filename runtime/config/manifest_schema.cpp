@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "kiln/detail/suggest.hpp"
+#include "metrics/loggers.hpp"
 
 namespace kiln {
 
@@ -67,6 +68,16 @@ struct MemberType<fs::path> {
   static constexpr ValueKind kind = ValueKind::path;
   static fs::path from(const SchemaValue& v) { return std::get<fs::path>(v); }
   static std::string show(const fs::path& v) { return quoted(v.string()); }
+};
+template <>
+struct MemberType<std::vector<std::string>> {  // the closed set comes from .choices()
+  static constexpr ValueKind kind = ValueKind::choice_list;
+  static std::vector<std::string> from(const SchemaValue& v) { return std::get<std::vector<std::string>>(v); }
+  static std::string show(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ", ") + quoted(s);
+    return "[" + out + "]";
+  }
 };
 template <>
 struct MemberType<BatchLimit> {
@@ -130,6 +141,7 @@ class TableDeclaration {
   TableDeclaration& between(double min, double max) { return last().min = min, last().max = max, *this; }
   TableDeclaration& nonempty() { return last().nonempty = true, *this; }
   TableDeclaration& kind(ValueKind kind) { return last().kind = kind, *this; }
+  TableDeclaration& choices(std::vector<std::string> names) { return last().choices = std::move(names), *this; }
   TableDeclaration& refuse(decltype(KeySchema::refuse) check, std::string allowed) {
     last().refuse = std::move(check);
     last().allowed_text = std::move(allowed);
@@ -309,6 +321,14 @@ std::vector<TableSchema> declare_schema() {
   distributed.key("master_port", &DistributedConfig::master_port, "the rendezvous port; 0 = a free one")
       .between(0, 65535);
   tables.push_back(distributed.done());
+
+  TableDeclaration<LoggingConfig> logging("logging", &Manifest::logging,
+                                          "Where metrics are written, on rank 0 (docs/logging.md)");
+  logging.key("loggers", &LoggingConfig::loggers,
+              "metrics.csv (epoch rows), metrics.jsonl and TensorBoard's events.out.tfevents.kiln (step and epoch "
+              "rows), in the run directory; [] = none")
+      .choices(Loggers::known_names());
+  tables.push_back(logging.done());
 
   return tables;
 }
