@@ -246,7 +246,7 @@ std::vector<TableSchema> declare_schema() {
       .between(1, 1024);
   trainer.key("prefetch_depth", &TrainerConfig::prefetch_depth, "batches in flight ahead of the step")
       .between(1, 65536);
-  trainer.key("log_every_n_steps", &TrainerConfig::log_every_n_steps, "progress lines every N steps")
+  trainer.key("log_every_n_steps", &TrainerConfig::log_every_n_steps, "progress lines, and the loggers' step rows (docs/logging.md), every N optimizer steps")
       .at_least(1);
   trainer.key("progress", &TrainerConfig::progress, "auto: a bar on a terminal, lines elsewhere");
   trainer.key("test_after_fit", &TrainerConfig::test_after_fit, "run the test split at the end of `kiln fit`");

@@ -1,5 +1,6 @@
 // The schema of the manifest's host tables: each key the host reads from
-// [run], [trainer], [optimizer], [scheduler], [checkpoint] and [distributed]
+// [run], [trainer], [optimizer], [scheduler], [checkpoint], [distributed] and
+// [logging]
 // is declared once, in manifest_schema.cpp, with its type, range or closed
 // set, one line of documentation and the Manifest member it fills (whose
 // initializer is its default). That one declaration drives validation

@@ -38,8 +38,7 @@ std::string tfrecord(std::string_view data) {
 
 std::string file_version_event(double wall_time) {
   ProtobufWriter event;
-  event.double_field(kWallTime, wall_time);
-  event.int64_field(kStep, 0);
+  event.double_field(kWallTime, wall_time);  // step 0: proto3 leaves a default out
   event.bytes_field(kFileVersion, "brain.Event:2");
   return event.take();
 }
@@ -54,7 +53,7 @@ std::string scalars_event(double wall_time, int64_t step, const std::vector<std:
   }
   ProtobufWriter event;
   event.double_field(kWallTime, wall_time);
-  event.int64_field(kStep, step);
+  if (step != 0) event.int64_field(kStep, step);  // proto3 leaves a default out
   event.bytes_field(kSummary, summary.bytes());
   return event.take();
 }
