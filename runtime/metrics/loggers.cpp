@@ -34,7 +34,9 @@ void Loggers::restore(const std::string& csv, const std::string& others) {
   restored_others_ = others;
 }
 
-void Loggers::open() {
+void Loggers::open() { may_open_ = true; }
+
+void Loggers::open_files() {
   std::istringstream in(restored_others_);
   std::vector<std::pair<std::string, std::string>> saved;
   for (std::string line; std::getline(in, line);) {
@@ -56,6 +58,8 @@ void Loggers::open() {
 }
 
 void Loggers::log(const LogRow& row) {
+  if (!may_open_) return;
+  if (!open_) open_files();
   for (auto& logger : loggers_) logger->log(row);
 }
 

@@ -26,9 +26,10 @@ class Loggers {
   // A checkpoint's states, before open(): `csv` is metrics.csv's text (the
   // checkpoint's "metrics/csv"), `others` the lines states() returned.
   void restore(const std::string& csv, const std::string& others);
-  // Opens every logger's file: afresh, or continuing the restored states.
+  // From now on the run directory may be written. Each logger's file is
+  // opened (afresh, or continuing the restored state) at the first row, so a
+  // command that logs nothing (`kiln predict`) leaves the files as they were.
   void open();
-  bool is_open() const { return open_; }
   void log(const LogRow& row);
   void flush();
   // For a checkpoint (flushes first): metrics.csv's text, and one line
@@ -38,8 +39,10 @@ class Loggers {
 
  private:
   std::vector<std::unique_ptr<Logger>> loggers_;
+  void open_files();
   std::string restored_csv_, restored_others_;
-  bool open_ = false;
+  bool may_open_ = false;
+  bool open_ = false;  // the files are open
 };
 
 }  // namespace kiln

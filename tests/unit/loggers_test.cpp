@@ -175,12 +175,18 @@ TEST(Loggers, ContinueTheirFilesFromACheckpointsStateWithoutRepeatingRows) {
   EXPECT_EQ(valid, events.size());
 }
 
-TEST(Loggers, KnowTheirNamesAndWriteNothingBeforeOpen) {
+TEST(Loggers, KnowTheirNamesAndWriteNothingBeforeTheFirstRow) {
   EXPECT_EQ(Loggers::known_names(), (std::vector<std::string>{"csv", "jsonl", "tensorboard"}));
   test::TempDir dir("kiln-loggers");
-  Loggers loggers({"jsonl", "tensorboard"}, dir.path());
+  std::ofstream(dir.path() / "metrics.jsonl") << "a fit's rows\n";
+  Loggers loggers({"csv", "jsonl", "tensorboard"}, dir.path());
+  loggers.log(LogRow{});  // not open: the run directory may not be written yet
+  loggers.open();         // open, but no row (kiln predict): the files stay as they were
+  loggers.flush();
   EXPECT_EQ(loggers.states(), "");
-  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  EXPECT_EQ(read(dir.path() / "metrics.jsonl"), "a fit's rows\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "metrics.csv"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "events.out.tfevents.kiln"));
 }
 
 }  // namespace
