@@ -80,6 +80,16 @@ std::optional<std::map<std::string, double>> TrainingMonitors::on_step_end(int64
   return row;
 }
 
+void TrainingMonitors::on_validation_start(Clock::time_point now) { validation_start_ = now; }
+
+void TrainingMonitors::on_validation_end(Clock::time_point now) {
+  // The clocks move on by the validation's time, so no span includes it.
+  const auto paused = now - validation_start_;
+  epoch_start_ += paused;
+  window_start_ += paused;
+  last_step_end_ += paused;
+}
+
 std::map<std::string, double> TrainingMonitors::epoch_values() const {
   std::map<std::string, double> row;
   // An epoch without steps (resumed at its very end) reports the rate in force.

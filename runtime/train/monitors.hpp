@@ -48,6 +48,10 @@ class TrainingMonitors {
   // After each optimizer step: a step row's metrics every
   // log_every_n_steps-th global step, nothing otherwise.
   std::optional<std::map<std::string, double>> on_step_end(int64_t global_step, Clock::time_point now = Clock::now());
+  // Validation inside an epoch (trainer.val_check_interval): its time is
+  // left out of the step timings.
+  void on_validation_start(Clock::time_point now = Clock::now());
+  void on_validation_end(Clock::time_point now = Clock::now());
   // At the epoch's end: its values (the rates and timings over its steps).
   std::map<std::string, double> epoch_values() const;
 
@@ -63,7 +67,7 @@ class TrainingMonitors {
   int64_t batch_samples_ = 0;      // since the last step end
   std::vector<double> rates_next_;  // what the next step will use
   std::vector<double> rates_used_;  // what the last step used
-  Clock::time_point epoch_start_, window_start_, last_step_end_;
+  Clock::time_point epoch_start_, window_start_, last_step_end_, validation_start_;
   int64_t epoch_steps_ = 0, epoch_samples_ = 0;
   int64_t window_steps_ = 0, window_samples_ = 0;
 };

@@ -55,8 +55,11 @@ TEST(Monitors, LogEachParameterGroupsRateTheStepUsedAndTheTimings) {
   EXPECT_DOUBLE_EQ(row->at("train/step_time_step"), 0.020);
   EXPECT_EQ(row->size(), 5u);
 
-  monitors.on_batch(torch::tensor(0.125), 4);  // step 3: a short last batch, 20 ms
-  EXPECT_FALSE(monitors.on_step_end(3, t0 + milliseconds(60)));
+  // Validation inside the epoch (500 ms) is left out of the timings.
+  monitors.on_validation_start(t0 + milliseconds(45));
+  monitors.on_validation_end(t0 + milliseconds(545));
+  monitors.on_batch(torch::tensor(0.125), 4);  // step 3: a short last batch, 20 ms of training
+  EXPECT_FALSE(monitors.on_step_end(3, t0 + milliseconds(560)));
   const auto epoch = monitors.epoch_values();
   EXPECT_DOUBLE_EQ(epoch.at("lr-SGD/pg1"), 0.05);
   EXPECT_DOUBLE_EQ(epoch.at("lr-SGD/pg2"), 0.005);
