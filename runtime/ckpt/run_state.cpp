@@ -219,6 +219,7 @@ void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
   writer.add("metrics/latest", s.metrics_latest);
   writer.add("metrics/pending", s.metrics_pending);
   writer.add("metrics/csv", s.csv);
+  if (!s.loggers.empty()) writer.add("metrics/loggers", s.loggers);  // absent: csv only, as before
   writer.commit();
 }
 
@@ -292,6 +293,7 @@ void restore_run_state(const CheckpointFile& file, RunStateView& s) {
   s.metrics_latest = std::string(file.section("metrics/latest"));
   s.metrics_pending = std::string(file.section("metrics/pending"));
   s.csv = std::string(file.section("metrics/csv"));
+  s.loggers = file.has("metrics/loggers") ? std::string(file.section("metrics/loggers")) : "";
 }
 
 }  // namespace kiln

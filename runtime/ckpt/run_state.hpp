@@ -38,6 +38,7 @@ struct RunStateView {
   std::string metrics_latest;       // MetricStore::export_latest()
   std::string metrics_pending;      // MetricStore::export_pending() (mid-epoch)
   std::string csv;                  // metrics.csv so far
+  std::string loggers;              // the other loggers' states (metrics/loggers.hpp): where each file ends
   // 16-mixed's gradient scaler, nullptr in other precisions. A checkpoint
   // without one restores nothing into it (the scaler starts afresh).
   ScalerState* scaler = nullptr;

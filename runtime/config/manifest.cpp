@@ -430,7 +430,8 @@ std::vector<std::pair<const toml::key*, const toml::node*>> in_file_order(const 
 }
 
 const std::vector<std::string> kAllTables = {"run",       "model",     "data",       "callbacks",  "trainer",
-                                             "optimizer", "scheduler", "checkpoint", "distributed"};
+                                             "optimizer", "scheduler", "checkpoint", "distributed",
+                                             "logging"};
 
 // ---------------------------------------------------------------------------
 // Host-owned values, checked as the schema declares them
@@ -525,6 +526,26 @@ SchemaValue betas_value(const Field& f) {
   return std::make_pair(betas[0], betas[1]);
 }
 
+// An array of distinct names out of a closed set (logging.loggers).
+SchemaValue choice_list_value(const KeySchema& k, const Field& f) {
+  const auto* array = f.node.as_array();
+  if (!array) {
+    std::string message = f.name() + " must be an array of " + quoted_list(k.choices) + ", not " + type_phrase(f.node);
+    if (const auto* s = f.node.as_string()) message += " (write [\"" + s->get() + "\"])";
+    f.fail(message);
+  }
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const Field element{f.ctx, child(f.path, index_part(i)), *array->get(i)};
+    std::string v = element.choice(k.choices);
+    if (std::find(names.begin(), names.end(), v) != names.end()) {
+      element.fail(f.name() + " lists '" + v + "' twice");
+    }
+    names.push_back(std::move(v));
+  }
+  return names;
+}
+
 SchemaValue checked_value(const KeySchema& k, const Field& f) {
   switch (k.kind) {
     case ValueKind::boolean: return f.boolean();
@@ -536,6 +557,7 @@ SchemaValue checked_value(const KeySchema& k, const Field& f) {
     case ValueKind::batch_limit: return batch_limit_value(f);
     case ValueKind::flag_or_count: return flag_or_count_value(f);
     case ValueKind::betas: return betas_value(f);
+    case ValueKind::choice_list: return choice_list_value(k, f);
   }
   f.fail(f.name() + " has no reader (a bug in kiln's manifest schema)");
 }

@@ -120,6 +120,11 @@ struct DistributedConfig {
   int64_t master_port = 0;          // 0 = pick a free one
 };
 
+// Where metrics go (docs/logging.md): any of "csv", "jsonl", "tensorboard".
+struct LoggingConfig {
+  std::vector<std::string> loggers{"csv"};
+};
+
 struct Manifest {
   std::filesystem::path file;       // the manifest itself (absolute)
   std::string text;                 // the manifest as read, with overrides applied (for checkpoints)
@@ -132,6 +137,7 @@ struct Manifest {
   SchedulerConfig scheduler;
   CheckpointConfig checkpoint;
   DistributedConfig distributed;
+  LoggingConfig logging;
 };
 
 // Where bare plugin names (`path = "kiln_mlp"`) are looked up, in order.

@@ -21,6 +21,7 @@ std::string type_text(const KeySchema& k) {
     case ValueKind::batch_limit: return "integer or float";
     case ValueKind::flag_or_count: return "boolean or integer";
     case ValueKind::betas: return "array of 2 numbers";
+    case ValueKind::choice_list: return "array of strings";
   }
   return "";
 }
@@ -39,7 +40,8 @@ std::string allowed_text(const KeySchema& k) {
       return "any (finite)";
     case ValueKind::string:
     case ValueKind::path: return k.nonempty ? "not empty" : "any";
-    case ValueKind::choice: {
+    case ValueKind::choice:
+    case ValueKind::choice_list: {
       std::string out;
       for (const auto& c : k.choices) out += (out.empty() ? "" : ", ") + code("\"" + c + "\"");
       return out;

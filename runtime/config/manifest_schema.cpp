@@ -15,6 +15,7 @@
 
 #include "config/duration.hpp"
 #include "kiln/detail/suggest.hpp"
+#include "metrics/loggers.hpp"
 
 namespace kiln {
 
@@ -68,6 +69,16 @@ struct MemberType<fs::path> {
   static constexpr ValueKind kind = ValueKind::path;
   static fs::path from(const SchemaValue& v) { return std::get<fs::path>(v); }
   static std::string show(const fs::path& v) { return quoted(v.string()); }
+};
+template <>
+struct MemberType<std::vector<std::string>> {  // the closed set comes from .choices()
+  static constexpr ValueKind kind = ValueKind::choice_list;
+  static std::vector<std::string> from(const SchemaValue& v) { return std::get<std::vector<std::string>>(v); }
+  static std::string show(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ", ") + quoted(s);
+    return "[" + out + "]";
+  }
 };
 template <>
 struct MemberType<BatchLimit> {
@@ -131,6 +142,7 @@ class TableDeclaration {
   TableDeclaration& between(double min, double max) { return last().min = min, last().max = max, *this; }
   TableDeclaration& nonempty() { return last().nonempty = true, *this; }
   TableDeclaration& kind(ValueKind kind) { return last().kind = kind, *this; }
+  TableDeclaration& choices(std::vector<std::string> names) { return last().choices = std::move(names), *this; }
   TableDeclaration& refuse(decltype(KeySchema::refuse) check, std::string allowed) {
     last().refuse = std::move(check);
     last().allowed_text = std::move(allowed);
@@ -243,7 +255,7 @@ std::vector<TableSchema> declare_schema() {
       .between(1, 1024);
   trainer.key("prefetch_depth", &TrainerConfig::prefetch_depth, "batches in flight ahead of the step")
       .between(1, 65536);
-  trainer.key("log_every_n_steps", &TrainerConfig::log_every_n_steps, "progress lines every N steps")
+  trainer.key("log_every_n_steps", &TrainerConfig::log_every_n_steps, "progress lines, and the loggers' step rows (docs/logging.md), every N optimizer steps")
       .at_least(1);
   trainer.key("progress", &TrainerConfig::progress, "auto: a bar on a terminal, lines elsewhere");
   trainer.key("test_after_fit", &TrainerConfig::test_after_fit, "run the test split at the end of `kiln fit`");
@@ -330,6 +342,14 @@ std::vector<TableSchema> declare_schema() {
   distributed.key("master_port", &DistributedConfig::master_port, "the rendezvous port; 0 = a free one")
       .between(0, 65535);
   tables.push_back(distributed.done());
+
+  TableDeclaration<LoggingConfig> logging("logging", &Manifest::logging,
+                                          "Where metrics are written, on rank 0 (docs/logging.md)");
+  logging.key("loggers", &LoggingConfig::loggers,
+              "metrics.csv (epoch rows), metrics.jsonl and TensorBoard's events.out.tfevents.kiln (step and epoch "
+              "rows), in the run directory; [] = none")
+      .choices(Loggers::known_names());
+  tables.push_back(logging.done());
 
   return tables;
 }

@@ -1,5 +1,6 @@
 // The schema of the manifest's host tables: each key the host reads from
-// [run], [trainer], [optimizer], [scheduler], [checkpoint] and [distributed]
+// [run], [trainer], [optimizer], [scheduler], [checkpoint], [distributed] and
+// [logging]
 // is declared once, in manifest_schema.cpp, with its type, range or closed
 // set, one line of documentation and the Manifest member it fills (whose
 // initializer is its default). That one declaration drives validation
@@ -37,6 +38,7 @@ enum class ValueKind {
   batch_limit,    // an integer >= 0 (batches) or a float in [0, 1] (a fraction)
   flag_or_count,  // true/false or an integer >= 0 (trainer.fast_dev_run)
   betas,          // [beta1, beta2], each a number in [0, 1) (optimizer.betas)
+  choice_list,    // an array of distinct strings out of a closed set (logging.loggers)
 };
 
 // The index of a name in a closed set.
@@ -46,7 +48,7 @@ struct ChoiceIndex {
 
 // A checked value on its way into the Manifest.
 using SchemaValue = std::variant<bool, int64_t, double, std::string, std::filesystem::path, ChoiceIndex, BatchLimit,
-                                 std::pair<double, double>>;
+                                 std::pair<double, double>, std::vector<std::string>>;
 
 struct KeySchema {
   std::string table;  // "trainer"
@@ -56,7 +58,7 @@ struct KeySchema {
   std::optional<double> min, max;           // number: bounds, inclusive unless min_exclusive
   bool min_exclusive = false;
   bool nonempty = false;              // string, path: "" is refused
-  std::vector<std::string> choices;   // choice: the closed set, in enum order
+  std::vector<std::string> choices;   // choice, choice_list: the closed set, in enum order
   // string: the whole message for a value it refuses, "" when fine (`name` is
   // the dotted key as messages show it).
   std::function<std::string(const std::string& name, const std::string& value)> refuse;

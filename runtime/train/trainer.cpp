@@ -22,7 +22,7 @@
 #include "dist/grad_sync.hpp"
 #include "dist/heartbeat.hpp"
 #include "dist/process_group.hpp"
-#include "metrics/csv_log.hpp"
+#include "metrics/loggers.hpp"
 #include "metrics/metric_store.hpp"
 #include "metrics/tensor_metrics.hpp"
 #include "plugin/plugin_instance.hpp"
@@ -33,6 +33,7 @@
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
 #include "train/model_parameters.hpp"
+#include "train/monitors.hpp"
 #include "train/precision.hpp"
 #include "train/prediction_text.hpp"
 #include "train/progress.hpp"
@@ -101,8 +102,9 @@ constexpr int64_t kAgreeEveryNSteps = 16;
 
 // One run, wired: the process group, the plugins (through their proxies),
 // the checkpointer and the metrics, handed to the loops (train/loops) as the
-// parts they call. The plugins reach it through RunServices.
-class Run final : public RunServices, public RunControl, public MetricSink {
+// parts they call. The plugins reach it through RunServices. The loops'
+// events pass through it on their way to the callbacks, for the monitors.
+class Run final : public RunServices, public RunControl, public MetricSink, public EventSink {
  public:
   Run(const Manifest& manifest, Command command, const std::atomic<int>* signal, const DistEnv* dist,
       const std::optional<std::filesystem::path>& resume, Heartbeat* heartbeat)
@@ -114,7 +116,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
         dist_(dist && dist->world_size > 1 ? dist : nullptr),
         device_(manifest.run.device),
         progress_(Progress::mode_from(manifest.trainer.progress), manifest.trainer.log_every_n_steps),
-        csv_(manifest.run.dir / "metrics.csv") {
+        loggers_(manifest.logging.loggers, manifest.run.dir) {
     const auto& t = m_.trainer;
     max_epochs_ = t.max_epochs;
     max_steps_ = t.max_steps;
@@ -229,6 +231,22 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     } catch (const std::exception& e) {
       spdlog::warn("[kiln] {}", e.what());
     }
+    if (monitors_) monitors_->on_batch(loss, static_cast<int64_t>(weight));
+  }
+
+  // --- EventSink (the loops' events: monitors first, then the callbacks) ----------
+  void notify(Event event, const kiln_progress& progress) override {
+    if (monitors_) {
+      if (event == Event::train_epoch_start) monitors_->on_epoch_start();
+      if (event == Event::train_batch_end) {
+        if (auto metrics = monitors_->on_step_end(progress.global_step))
+          loggers_.log(LogRow{LogRow::Kind::step, progress.epoch, progress.global_step, std::move(*metrics)});
+      }
+      if (event == Event::validation_start) monitors_->on_validation_start();
+      if (event == Event::validation_end) monitors_->on_validation_end();
+      if (event == Event::train_epoch_end) epoch_monitors_ = monitors_->epoch_values();
+    }
+    callbacks_->notify(event, progress);
   }
   // A fixed point where every rank reduces: plugins only ever record.
   std::map<std::string, double> reduce() override {
@@ -315,7 +333,18 @@ class Run final : public RunServices, public RunControl, public MetricSink {
   }
 
   void log_row(const std::map<std::string, double>& row) override {
-    if (rank() == 0) csv_.append(row);
+    if (rank() != 0) return;
+    LogRow out;
+    for (const auto& [name, value] : row) {
+      if (name == "epoch") out.epoch = static_cast<int64_t>(value);
+      else if (name == "step") out.step = static_cast<int64_t>(value);
+      else out.metrics[name] = value;
+    }
+    // The training epoch's monitors (taken at train_epoch_end, just before).
+    out.metrics.merge(epoch_monitors_);
+    epoch_monitors_.clear();
+    loggers_.log(out);
+    loggers_.flush();  // an epoch's rows are durable at its end
   }
 
  private:
@@ -362,7 +391,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     // Mixed precision: the model's steps under autocast; the plugin is unchanged.
     StepModel* steps = &*model_;
     if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
-    context_.reset(new LoopContext{*steps, *batches_, *callbacks_, *this, progress_, *this});
+    context_.reset(new LoopContext{*steps, *batches_, *this, *this, progress_, *this});
     context_->rank = rank();
     context_->world_size = world_size();
     context_->max_epochs = max_epochs_;
@@ -392,6 +421,10 @@ class Run final : public RunServices, public RunControl, public MetricSink {
   void fit() {
     const auto& t = m_.trainer;
     optimizer_ = make_optimizer(m_.optimizer, trainable_);
+    if (rank() == 0) {  // only rank 0 logs
+      monitors_.emplace(t.log_every_n_steps, world_size());
+      monitors_->attach(*optimizer_);
+    }
     FitSettings settings;
     settings.training.spec = EpochSpec{t.shuffle, t.batch_size, limit_train_};
     settings.training.accumulate_grad_batches = t.accumulate_grad_batches;
@@ -473,7 +506,8 @@ class Run final : public RunServices, public RunControl, public MetricSink {
       view.metrics_latest = metrics_.export_latest();
       view.metrics_pending = metrics_.export_pending();
     }
-    view.csv = csv_.text();
+    view.csv = loggers_.csv_state();
+    view.loggers = loggers_.states();
     if (m_.trainer.precision == Precision::fp16_mixed) view.scaler = &scaler_state_;
     view.device = device_;
     return view;
@@ -489,7 +523,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
       // an interrupted epoch belong to the rank that saved them.
       metrics_.import(view.metrics_latest, rank() == 0 ? view.metrics_pending : "");
     }
-    csv_.restore(view.csv);
+    loggers_.restore(view.csv, view.loggers);
     for (const PluginInstance* p : all_plugins()) {
       auto it = view.plugin_states.find(p->id());
       if (it != view.plugin_states.end()) load_plugin_state(*p, it->second);
@@ -536,6 +570,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
   // another model or a disagreement (exit 2 or 1) leaves the disk as it was.
   void open_run_dir() {
     std::filesystem::create_directories(m_.run.dir);
+    if (rank() == 0) loggers_.open();
     if (checkpointing_) checkpointer_->open();
   }
 
@@ -617,7 +652,9 @@ class Run final : public RunServices, public RunControl, public MetricSink {
   const DistEnv* dist_;  // nullptr unless world size > 1
   at::Device device_;
   Progress progress_;
-  CsvLog csv_;
+  Loggers loggers_;  // rank 0 writes
+  std::optional<TrainingMonitors> monitors_;  // fit, rank 0
+  std::map<std::string, double> epoch_monitors_;  // the epoch's monitors, until its row is logged
   Session* session_ = nullptr;
 
   mutable std::mutex metrics_mutex_;  // data modules may record from prefetch threads

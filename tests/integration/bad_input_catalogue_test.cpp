@@ -166,12 +166,19 @@ std::vector<BadInput> catalogue() {
       {"manifest_unknown_optimizer", [](Case& c) { rewrite_manifest(c, "name = \"adam\"", "name = \"adamw2\""); c.args = fit(c); c.names = "adamw2"; }},
       {"manifest_unknown_scheduler", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[scheduler]\nname = \"cosinus\"\n"); c.args = fit(c); c.names = "cosinus"; }},
       {"manifest_empty_file", [](Case& c) { write_file(c.manifest, ""); c.args = fit(c); c.names = "run.toml"; }},
+      {"manifest_unknown_logger", [](Case& c) {
+         write_file(c.manifest, read_file(c.manifest) + "[logging]\nloggers = [\"csv\", \"tensorbord\"]\n");
+         c.args = fit(c);
+         c.names = "logging.loggers[1] must be 'csv', 'jsonl' or 'tensorboard', not 'tensorbord' (did you mean 'tensorboard'?)";
+       }},
+      {"manifest_loggers_not_an_array", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[logging]\nloggers = \"jsonl\"\n"); c.args = fit(c); c.names = "logging.loggers must be an array"; }},
       {"manifest_plugin_key_wrong_type", [](Case& c) { rewrite_manifest(c, "hidden = [16]", "hidden = \"sixteen\""); c.args = fit(c); c.names = "hidden"; }},
       // --- --set ----------------------------------------------------------------
       {"set_without_equals", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_epochs"}); c.names = "trainer.max_epochs"; }},
       {"set_unknown_key", [](Case& c) { c.args = fit(c, {"--set", "trainer.nope=1"}); c.names = "nope"; }},
       {"set_wrong_type", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_epochs=abc"}); c.names = "max_epochs"; }},
       {"set_bad_array_index", [](Case& c) { c.args = fit(c, {"--set", "callbacks[x].patience=1"}); c.names = "callbacks[x]"; }},
+      {"set_unknown_logger", [](Case& c) { c.args = fit(c, {"--set", "logging.loggers=[\"wandb\"]"}); c.names = "logging.loggers[0] must be 'csv', 'jsonl' or 'tensorboard', not 'wandb'"; }},
       {"set_unparsable_number", [](Case& c) { c.args = fit(c, {"--set", "optimizer.lr=1e"}); c.names = "lr"; }},
       // --- devices and precision (refused on any machine: with or without a GPU) --
       {"device_index_past_the_gpus", [](Case& c) { c.args = fit(c, {"--set", "run.device=cuda:4095"}); c.names = "run.device = 'cuda:4095'"; }},

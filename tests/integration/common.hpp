@@ -38,6 +38,12 @@ inline std::vector<std::map<std::string, double>> read_metrics(const std::filesy
   return rows;
 }
 
+// Leaves out the columns that measure time (they differ between any two
+// runs): epoch_seconds and the monitors' train/samples_per_sec, train/step_time.
+inline void erase_timings(std::map<std::string, double>& row) {
+  for (const char* column : {"epoch_seconds", "train/samples_per_sec", "train/step_time"}) row.erase(column);
+}
+
 // The last row that has `column`.
 inline double last_value(const std::vector<std::map<std::string, double>>& rows, const std::string& column) {
   for (auto it = rows.rbegin(); it != rows.rend(); ++it)

@@ -428,9 +428,30 @@ TEST_F(ManifestTest, UnknownTableWithSuggestion) {
 }
 
 TEST_F(ManifestTest, UnknownTableWithoutSuggestionListsTheKnownOnes) {
-  const std::string message = error(std::string(kMinimal) + "[logging]\nlevel = 1\n");
-  EXPECT_EQ(message.rfind(at(6, 1) + "unknown table 'logging' (known tables: run, model, data, callbacks,", 0), 0u)
+  const std::string message = error(std::string(kMinimal) + "[wandb]\nproject = 1\n");
+  EXPECT_EQ(message.rfind(at(6, 1) + "unknown table 'wandb' (known tables: run, model, data, callbacks,", 0), 0u)
       << message;
+}
+
+// ---------------------------------------------------------------------------
+// [logging] loggers: an array of names from a closed set
+
+TEST_F(ManifestTest, LoggersDefaultToCsvAndTakeAnyOfTheKnownNames) {
+  EXPECT_EQ(load(kMinimal).logging.loggers, std::vector<std::string>{"csv"});
+  const Manifest m = load(std::string(kMinimal) + "[logging]\nloggers = [\"tensorboard\", \"jsonl\"]\n");
+  EXPECT_EQ(m.logging.loggers, (std::vector<std::string>{"tensorboard", "jsonl"}));
+  EXPECT_TRUE(load(std::string(kMinimal) + "[logging]\nloggers = []\n").logging.loggers.empty());
+}
+
+TEST_F(ManifestTest, AnUnknownLoggerIsNamedWithTheKnownOnesAndASuggestion) {
+  EXPECT_EQ(error(std::string(kMinimal) + "[logging]\nloggers = [\"csv\", \"tensorbord\"]\n"),
+            at(7, 19) + "logging.loggers[1] must be 'csv', 'jsonl' or 'tensorboard', not 'tensorbord' (did you mean "
+                        "'tensorboard'?)");
+  EXPECT_EQ(error(std::string(kMinimal) + "[logging]\nloggers = [\"csv\", \"csv\"]\n"),
+            at(7, 19) + "logging.loggers lists 'csv' twice");
+  EXPECT_EQ(error(std::string(kMinimal) + "[logging]\nloggers = \"jsonl\"\n"),
+            at(7, 11) + "logging.loggers must be an array of 'csv', 'jsonl' or 'tensorboard', not a string (write "
+                        "[\"jsonl\"])");
 }
 
 TEST_F(ManifestTest, TopLevelKeyThatBelongsInATable) {

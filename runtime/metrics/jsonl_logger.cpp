@@ -1,0 +1,76 @@
+#include "metrics/jsonl_logger.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
+
+#include "metrics/logger_state.hpp"
+
+namespace kiln {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char escaped[8];
+          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+          out += escaped;
+        } else {
+          out += ch;  // UTF-8 passes through as it is
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buffer[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", precision, v);
+    if (std::strtod(buffer, nullptr) == v) break;
+  }
+  return buffer;
+}
+
+std::string json_line(const LogRow& row) {
+  std::string out = "{\"kind\":" + json_string(kind_name(row.kind)) + ",\"epoch\":" + std::to_string(row.epoch) +
+                    ",\"step\":" + std::to_string(row.step);
+  for (const auto& [name, value] : row.metrics) out += "," + json_string(name) + ":" + json_number(value);
+  return out + "}";
+}
+
+void JsonlLogger::open(const std::string& state) {
+  file_.emplace(path_, state.empty() ? -1 : parse_length_state(state, "jsonl"));
+  if (!file_->continued_whole())
+    spdlog::warn("{} is shorter than the checkpoint recorded; rows from before the checkpoint are missing from it",
+                 path_.string());
+}
+
+void JsonlLogger::log(const LogRow& row) {
+  if (file_) file_->append(json_line(row) + "\n");
+}
+
+void JsonlLogger::flush() {
+  if (file_) file_->sync();
+}
+
+std::string JsonlLogger::state() {
+  if (!file_) return "";
+  file_->sync();
+  return std::to_string(file_->size());
+}
+
+}  // namespace kiln
