@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -91,12 +92,19 @@ TEST(OptimizerGroups, NoDecayOnBiasesChangesThemAndTheCheckpointNamesTheGroups) 
 // Interrupted mid-epoch and resumed, a run with groups (each on its own
 // rate under a per-step cosine schedule) ends bitwise like an
 // uninterrupted one; the same for each optimizer with several state fields.
-class ResumeExactly : public testing::TestWithParam<std::string> {};
+struct OptimizerCase {
+  const char* name;
+  std::string optimizer;  // [optimizer] lines and its groups
+};
+// ctest shows the case's name, not its TOML.
+void PrintTo(const OptimizerCase& c, std::ostream* out) { *out << c.name; }
+
+class ResumeExactly : public testing::TestWithParam<OptimizerCase> {};
 
 TEST_P(ResumeExactly, InterruptedAndResumedEqualsStraight) {
   TempDir straight, interrupted;
-  ASSERT_EQ(fit(groups_manifest(straight, GetParam())).exit_code, 0);
-  const auto m = groups_manifest(interrupted, GetParam(), "every_n_epochs = 1\nevery_n_steps = 5");
+  ASSERT_EQ(fit(groups_manifest(straight, GetParam().optimizer)).exit_code, 0);
+  const auto m = groups_manifest(interrupted, GetParam().optimizer, "every_n_epochs = 1\nevery_n_steps = 5");
   const ProcessResult first = fit(m, {"--set", "trainer.max_steps=45"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const ProcessResult resumed = fit(m, {"--resume", "last"});
@@ -110,15 +118,17 @@ TEST_P(ResumeExactly, InterruptedAndResumedEqualsStraight) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, ResumeExactly,
-    testing::Values("name = \"adamw\"\nlr = 0.01\nweight_decay = 0.1\n\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\n"
-                    "weight_decay = 0.0\n\n[[optimizer.groups]]\nmatch = [\"fc1.*\"]\nlr = 0.003\nbetas = [0.8, 0.99]",
-                    "name = \"rmsprop\"\nlr = 0.003\nmomentum = 0.5\ncentered = true\n\n[[optimizer.groups]]\n"
-                    "match = [\"fc2.*\"]\nalpha = 0.9\ncentered = false",
-                    "name = \"adagrad\"\nlr = 0.05\nlr_decay = 0.01\ninitial_accumulator_value = 0.1\n\n"
-                    "[[optimizer.groups]]\nmatch = [\"*.bias\"]\ninitial_accumulator_value = 0.5"),
-    [](const testing::TestParamInfo<std::string>& info) {
-      return info.param.substr(8, info.param.find('"', 8) - 8) + "_with_groups";
-    });
+    testing::Values(
+        OptimizerCase{"adamw_with_groups",
+                      "name = \"adamw\"\nlr = 0.01\nweight_decay = 0.1\n\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\n"
+                      "weight_decay = 0.0\n\n[[optimizer.groups]]\nmatch = [\"fc1.*\"]\nlr = 0.003\nbetas = [0.8, 0.99]"},
+        OptimizerCase{"rmsprop_with_groups",
+                      "name = \"rmsprop\"\nlr = 0.003\nmomentum = 0.5\ncentered = true\n\n[[optimizer.groups]]\n"
+                      "match = [\"fc2.*\"]\nalpha = 0.9\ncentered = false"},
+        OptimizerCase{"adagrad_with_groups",
+                      "name = \"adagrad\"\nlr = 0.05\nlr_decay = 0.01\ninitial_accumulator_value = 0.1\n\n"
+                      "[[optimizer.groups]]\nmatch = [\"*.bias\"]\ninitial_accumulator_value = 0.5"}),
+    [](const testing::TestParamInfo<OptimizerCase>& info) { return std::string(info.param.name); });
 
 // A resume whose groups differ from the checkpoint's is refused (exit 2,
 // one line naming the key) before anything is written.
