@@ -570,10 +570,12 @@ struct Validator {
     return it == host_tables.end() ? nullptr : it->second;
   }
 
-  // Which other host table knows `key` (for "it belongs in [optimizer]").
+  // Which other host table knows `key` (for "it belongs in [optimizer]");
+  // an array of tables comes back bracketed once more, so that the callers'
+  // "[" + owner + "]" reads [[optimizer.groups]].
   std::string owner_of(const std::string& key, const std::string& except) const {
     for (const auto& t : manifest_schema()) {
-      if (t.name != except && t.find(key)) return t.name;
+      if (t.name != except && t.find(key)) return t.array_of_tables ? "[" + t.name + "]" : t.name;
     }
     return "";
   }

@@ -1105,6 +1105,11 @@ TEST_F(ManifestTest, GroupsMustBeAnArrayOfTables) {
                        "[[optimizer.groups]] table)");
 }
 
+TEST_F(ManifestTest, AGroupKeyInOptimizerPointsToTheGroups) {
+  EXPECT_EQ(error(std::string(kMinimal) + "\n[optimizer]\nmatch = [\"*.bias\"]\n"),
+            at(8, 1) + "unknown key 'match' in [optimizer] (it belongs in [[optimizer.groups]])");
+}
+
 TEST_F(ManifestTest, AdagradTakesTorchsEpsUnlessOneIsSet) {
   EXPECT_DOUBLE_EQ(load(kMinimal, {"optimizer.name=adagrad"}).optimizer.eps, 1e-10);
   EXPECT_DOUBLE_EQ(load(kMinimal, {"optimizer.name=adagrad", "optimizer.eps=1e-6"}).optimizer.eps, 1e-6);
