@@ -30,6 +30,7 @@
 #include "dist/heartbeat.hpp"
 #include "dist/supervisor.hpp"
 #include "plugin/loader.hpp"
+#include "train/model_parameters.hpp"
 #include "train/trainer.hpp"
 #include "util/errors.hpp"
 #include "util/signal_watcher.hpp"
@@ -108,6 +109,10 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
     show(plugins.model);
     show(plugins.data);
     for (const auto& c : plugins.callbacks) show(c);
+    // Lightning's summary, from the model the manifest configures.
+    std::cout << "\nmodel summary (" << plugins.model.id() << ", as configured by the manifest):\n";
+    for (const std::string& line : kiln::model_summary(kiln::inspect_model_parameters(plugins.model, m.model.config_toml)))
+      std::cout << "  " << line << "\n";
     return kiln::kExitOk;
   }
   std::cout << "plugin library " << std::filesystem::absolute(path).string() << "\n";

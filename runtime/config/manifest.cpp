@@ -855,10 +855,16 @@ struct Validator {
     if (!has_key("optimizer", "eps") && m.optimizer.name == OptimizerName::adagrad) m.optimizer.eps = 1e-10;
 
     // Checks across keys.
-    if (m.trainer.max_epochs == -1 && m.trainer.max_steps == -1) {
+    if (m.trainer.max_epochs == -1 && m.trainer.max_steps == -1 && m.trainer.max_time.empty()) {
       fail(where_key("trainer", has_key("trainer", "max_epochs") ? "max_epochs" : "max_steps") +
-           ": trainer.max_epochs = -1 and trainer.max_steps = -1 would train forever: set max_epochs or "
-           "max_steps to a limit");
+           ": trainer.max_epochs = -1 and trainer.max_steps = -1 would train forever: set max_epochs, "
+           "max_steps or max_time to a limit");
+    }
+    const BatchLimit& every = m.trainer.val_check_interval;
+    if (every.is_fraction ? every.fraction <= 0.0 : every.count <= 0) {
+      fail(where_key("trainer", "val_check_interval") +
+           ": trainer.val_check_interval must be above 0: a fraction of the epoch in (0.0, 1.0] or a number of "
+           "batches >= 1 (to validate less often, use check_val_every_n_epoch; never: 0 there)");
     }
     if (m.optimizer.name == OptimizerName::sgd && m.optimizer.nesterov && m.optimizer.momentum <= 0.0) {
       fail(where_key("optimizer", "nesterov") +

@@ -70,6 +70,10 @@ struct TrainerConfig {
   ProgressMode progress = ProgressMode::automatic;
   bool test_after_fit = false;      // run the test split at the end of `kiln fit`
   Precision precision = Precision::fp32;
+  std::string max_time;             // "" = no limit; else "[DD:]HH:MM:SS" (config/duration.hpp)
+  // Validation inside an epoch: a fraction of the epoch's batches or a
+  // number of batches; 1.0 = at the epoch's end only.
+  BatchLimit val_check_interval;
 };
 
 // One [[optimizer.groups]] entry: the parameters its glob patterns match

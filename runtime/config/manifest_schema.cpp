@@ -13,6 +13,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "config/duration.hpp"
 #include "kiln/detail/suggest.hpp"
 
 namespace kiln {
@@ -169,6 +170,7 @@ class TableDeclaration {
     last().allowed_text = std::move(allowed);
     return *this;
   }
+  TableDeclaration& allowed(std::string text) { return last().allowed_text = std::move(text), *this; }
   TableDeclaration& default_text(std::string text) { return last().default_text = std::move(text), *this; }
   TableDeclaration& required() { return last().required = true, last().default_text = "required", *this; }
   // Makes the table an array of tables whose entries `add_entry` opens.
@@ -222,6 +224,13 @@ std::string refuse_device(const std::string& name, const std::string& v) {
   if (folded.rfind("gpu", 0) == 0) folded = "cuda" + folded.substr(3);
   const std::string hint = valid(folded) ? " (did you mean '" + folded + "'?)" : detail::did_you_mean(v, {"auto", "cpu", "cuda"});
   return name + " must be 'auto', 'cpu', 'cuda' or 'cuda:N' (N = device index), not '" + v + "'" + hint;
+}
+
+// trainer.max_time: Lightning's "DD:HH:MM:SS", or "HH:MM:SS".
+std::string refuse_max_time(const std::string& name, const std::string& v) {
+  if (v.empty() || parse_duration_seconds(v)) return "";
+  return name + " must be a duration \"HH:MM:SS\" or \"DD:HH:MM:SS\" (e.g. \"00:30:00\" for 30 minutes), not '" + v +
+         "'";
 }
 
 std::vector<TableSchema> declare_schema() {
@@ -286,6 +295,15 @@ std::vector<TableSchema> declare_schema() {
   trainer.key("precision", &TrainerConfig::precision,
               "`32`: float32; `bf16-mixed`: the model's steps under bfloat16 autocast (CPU or CUDA); `16-mixed`: "
               "float16 autocast with a gradient scaler (CUDA only; the scale is saved in checkpoints)");
+  trainer.key("max_time", &TrainerConfig::max_time,
+              "a time limit for the fit, `HH:MM:SS` or `DD:HH:MM:SS` (Lightning's form); \"\" = none. It stops at "
+              "a step boundary all ranks agree on, with a checkpoint when checkpoints are on; a resumed run gets the "
+              "limit anew")
+      .refuse(refuse_max_time, "`\"\"`, `\"HH:MM:SS\"`, `\"DD:HH:MM:SS\"`");
+  trainer.key("val_check_interval", &TrainerConfig::val_check_interval,
+              "validation inside the epoch: a fraction of its batches (0.25 = four times an epoch) or a number "
+              "of training batches; 1.0 = at the epoch's end only (validating epochs follow check_val_every_n_epoch)")
+      .allowed("an integer >= 1 (batches) or a float in (0.0, 1.0] (a fraction)");
   tables.push_back(trainer.done());
 
   TableDeclaration<OptimizerConfig> optimizer("optimizer", &Manifest::optimizer,

@@ -164,6 +164,18 @@ void MetricStore::import(const std::string& latest, const std::string& pending) 
   }
 }
 
+void MetricStore::set_aside() {
+  aside_ = std::move(pending_);
+  pending_.clear();
+}
+
+void MetricStore::take_back() {
+  // A name recorded on both sides of the aside keeps the epoch's value: the
+  // validation's records were reduced already.
+  for (auto& [name, a] : aside_) pending_[name] = a;
+  aside_.clear();
+}
+
 std::optional<double> MetricStore::latest(const std::string& name) const {
   auto it = latest_.find(name);
   if (it == latest_.end()) return std::nullopt;

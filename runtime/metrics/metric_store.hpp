@@ -41,6 +41,11 @@ class MetricStore {
   std::string export_latest() const;
   void import(const std::string& latest, const std::string& pending);
 
+  // Around a validation inside an epoch: the epoch's records so far leave
+  // pending (reduce and export_pending do not see them) and come back.
+  void set_aside();
+  void take_back();
+
   std::optional<double> latest(const std::string& name) const;
   const std::map<std::string, double>& latest() const { return latest_; }
 
@@ -53,7 +58,7 @@ class MetricStore {
   };
   static double value_of(const Accumulator& a);
   static bool parse_pending(const std::string& line, std::string* name, Accumulator* a);
-  std::map<std::string, Accumulator> pending_;
+  std::map<std::string, Accumulator> pending_, aside_;
   std::map<std::string, double> latest_;
 };
 

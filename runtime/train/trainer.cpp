@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "ckpt/checkpointer.hpp"
+#include "config/duration.hpp"
 #include "ckpt/run_state.hpp"
 #include "dist/agreement.hpp"
 #include "device/batch_mover.hpp"
@@ -31,7 +32,7 @@
 #include "train/loops/fit_loop.hpp"
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
-#include "train/model_summary.hpp"
+#include "train/model_parameters.hpp"
 #include "train/precision.hpp"
 #include "train/progress.hpp"
 #include "train/sampled_batches.hpp"
@@ -128,7 +129,9 @@ class Run final : public RunServices, public RunControl, public MetricSink {
       n.count = t.fast_dev_run;
       limit_train_ = limit_val_ = limit_test_ = n;
     }
-    stop_.emplace(max_epochs_, max_steps_, dist_ ? kAgreeEveryNSteps : 1);
+    std::optional<int64_t> max_seconds;
+    if (!t.max_time.empty() && t.fast_dev_run == 0) max_seconds = parse_duration_seconds(t.max_time);
+    stop_.emplace(max_epochs_, max_steps_, dist_ ? kAgreeEveryNSteps : 1, max_seconds);
     // Lightning's fast_dev_run writes no checkpoints either.
     checkpointing_ = m_.checkpoint.enabled && command_ == Command::fit && t.fast_dev_run == 0;
     if (m_.checkpoint.enabled && m_.checkpoint.preempt_signal != PreemptSignal::none)
@@ -251,6 +254,16 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     return out;
   }
 
+  void set_aside() override {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    flush_tensor_metrics();
+    metrics_.set_aside();
+  }
+  void take_back() override {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    metrics_.take_back();
+  }
+
   // --- RunControl (signals, votes, checkpoints, metrics.csv) ---------------------
   // Outside the votes. A preemption signal waits for the next vote, where
   // the checkpoint is taken.
@@ -266,14 +279,18 @@ class Run final : public RunServices, public RunControl, public MetricSink {
   Votes vote(const Votes& mine) override {
     const int s = signal_ ? signal_->load() : 0;
     const bool preempt = s != 0 && s == preempt_signal_;
-    Votes all{mine.stop, preempt};
+    Votes all{mine.stop, preempt, mine.out_of_time};
     bool interrupt = s != 0 && !preempt;
     if (group_) {
-      at::Tensor votes = at::tensor({all.stop ? 1.0 : 0.0, interrupt ? 1.0 : 0.0, all.preempt ? 1.0 : 0.0}, at::kDouble);
+      at::Tensor votes = at::tensor({all.stop ? 1.0 : 0.0, interrupt ? 1.0 : 0.0, all.preempt ? 1.0 : 0.0,
+                                     all.out_of_time ? 1.0 : 0.0},
+                                    at::kDouble);
       group_->all_reduce_sum(votes);
-      all.stop = votes[0].item<double>() > 0;
-      interrupt = votes[1].item<double>() > 0;
-      all.preempt = votes[2].item<double>() > 0;
+      const auto v = votes.accessor<double, 1>();
+      all.stop = v[0] > 0;
+      interrupt = v[1] > 0;
+      all.preempt = v[2] > 0;
+      all.out_of_time = v[3] > 0;
     }
     if (interrupt) throw interrupted(s && !preempt ? s : SIGINT);
     return all;
@@ -286,6 +303,8 @@ class Run final : public RunServices, public RunControl, public MetricSink {
       return view;
     });
   }
+
+  bool checkpointing() const override { return checkpointing_; }
 
   [[noreturn]] void preempted(const TrainPosition& position) override {
     const auto file = save_checkpoint(position);
@@ -381,6 +400,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     settings.training.checkpoint_every_n_steps = checkpointing_ ? m_.checkpoint.every_n_steps : 0;
     settings.val = EpochSpec{false, eval_batch_size(), limit_val_};
     settings.check_val_every_n_epoch = t.check_val_every_n_epoch;
+    if (t.fast_dev_run == 0) settings.val_check_interval = t.val_check_interval;
     settings.test_after_fit = t.test_after_fit;
     settings.test = EpochSpec{false, eval_batch_size(), limit_test_};
     settings.checkpoint_every_n_epochs = checkpointing_ ? m_.checkpoint.every_n_epochs : 0;
@@ -512,11 +532,7 @@ class Run final : public RunServices, public RunControl, public MetricSink {
     spdlog::info("model '{}': {} parameter tensors ({} values), {} buffers", model_->id(), params_.size(), count,
                  buffers_.size());
     if (command_ == Command::fit) {
-      std::vector<ParameterInfo> summary;
-      for (const auto& [name, tensor] : params_)
-        summary.push_back({name, tensor.numel(), static_cast<int64_t>(tensor.numel() * tensor.element_size()),
-                           tensor.requires_grad()});
-      for (const std::string& line : model_summary(summary)) spdlog::info("  {}", line);
+      for (const std::string& line : model_summary(parameter_infos(params_))) spdlog::info("  {}", line);
     }
     if (spdlog::should_log(spdlog::level::debug)) {
       // A like-for-like marker: bench/ compares it with a hand-written loop.

@@ -51,6 +51,30 @@ TEST(Cli, InspectAManifestResolvesEveryPlugin) {
   EXPECT_NE(r.output.find("concurrent get_batch"), std::string::npos) << r.output;
 }
 
+TEST(Cli, InspectAManifestSummarisesTheConfiguredModelAndWritesNothing) {
+  TempDir dir;
+  const ProcessResult r = kiln({"inspect", synthetic_manifest(dir).string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The shipped MLP as configured: 32 -> 32 -> 4.
+  EXPECT_NE(r.output.find("model summary (kiln.mlp, as configured by the manifest)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("0 | fc1  | 1.1 K  | yes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 | fc2  | 132    | yes"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1.2 K     Total params"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+}
+
+TEST(Cli, InspectAManifestWhoseModelRefusesItsConfigExits2) {
+  TempDir dir;
+  const auto manifest = synthetic_manifest(dir);
+  std::string text = read_file(manifest);
+  text.replace(text.find("classes = 4"), 11, "classes = -4");
+  write_file(manifest, text);
+  const ProcessResult r = kiln({"inspect", manifest.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("plugin 'kiln.mlp' [model] failed in create: 'classes' must be positive"), std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, UnknownManifestKeyExits2WithLocationAndSuggestion) {
   TempDir dir;
   const auto manifest = synthetic_manifest(dir, "\n[scheduler]\nnmae = \"step\"\n");

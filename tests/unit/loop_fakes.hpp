@@ -115,6 +115,11 @@ struct FakeMetrics final : MetricSink {
     if (on_device) on_device->flush_into(store);
     return store.reduce();
   }
+  void set_aside() override {
+    if (on_device) on_device->flush_into(store);
+    store.set_aside();
+  }
+  void take_back() override { store.take_back(); }
 };
 
 // Counts reads of a tensor's value by the host (item(), and everything else
@@ -138,16 +143,20 @@ class HostReads {
 };
 
 // Votes as other ranks would answer them: `others_stop_at_vote` N means
-// another rank asks to stop at the Nth vote; `preempt_at_vote` likewise.
+// another rank asks to stop at the Nth vote; `preempt_at_vote` and
+// `others_out_of_time_at_vote` likewise.
 struct FakeControl final : RunControl {
   std::vector<TrainPosition> checkpoints;
   std::vector<std::map<std::string, double>> rows;
-  int votes = 0, others_stop_at_vote = -1, preempt_at_vote = -1;
+  int votes = 0, others_stop_at_vote = -1, preempt_at_vote = -1, others_out_of_time_at_vote = -1;
+  bool checkpoints_on = true;
   void check_signal() override {}
   Votes vote(const Votes& mine) override {
     ++votes;
-    return Votes{mine.stop || votes == others_stop_at_vote, votes == preempt_at_vote};
+    return Votes{mine.stop || votes == others_stop_at_vote, votes == preempt_at_vote,
+                 mine.out_of_time || votes == others_out_of_time_at_vote};
   }
+  bool checkpointing() const override { return checkpoints_on; }
   std::filesystem::path save_checkpoint(const TrainPosition& p) override {
     checkpoints.push_back(p);
     return "fake.ckpt";

@@ -168,6 +168,130 @@ TEST(FitLoopTest, TestAfterFitRunsTheTestSplitOnceWithItsOwnRow) {
   EXPECT_EQ(fit.control.rows[1].at("epoch"), 0);
 }
 
+// --- max_time -----------------------------------------------------------------
+
+TEST(FitLoopTest, MaxTimeStopsAtTheNextStepWithACheckpointToResumeFrom) {
+  Fit fit(5, -1);
+  fit.settings.checkpoint_every_n_epochs = 0;
+  fit.stop = std::make_unique<StopCondition>(5, -1, 1, /*max_seconds=*/0);  // out of time at once
+  const TrainPosition end = fit.run();
+  EXPECT_EQ(text(end), "0/1/1");
+  EXPECT_EQ(fit.stop->reason(), StopReason::max_time);
+  EXPECT_EQ(fit.stop->describe(), "max_time=00:00:00 reached (step 1)");
+  ASSERT_EQ(fit.control.checkpoints.size(), 1u);
+  EXPECT_EQ(text(fit.control.checkpoints[0]), "0/1/1");
+}
+
+TEST(FitLoopTest, MaxTimeWithoutCheckpointsStopsWithoutOne) {
+  Fit fit(5, -1);
+  fit.control.checkpoints_on = false;
+  fit.settings.checkpoint_every_n_epochs = 0;
+  fit.stop = std::make_unique<StopCondition>(5, -1, 1, 0);
+  EXPECT_EQ(text(fit.run()), "0/1/1");
+  EXPECT_TRUE(fit.control.checkpoints.empty());
+}
+
+TEST(FitLoopTest, MaxTimeOnAStepThatCheckpointsAnywaySavesOnce) {
+  Fit fit(5, -1);
+  fit.settings.checkpoint_every_n_epochs = 0;
+  fit.settings.training.checkpoint_every_n_steps = 1;
+  fit.stop = std::make_unique<StopCondition>(5, -1, 1, 0);
+  fit.run();
+  ASSERT_EQ(fit.control.checkpoints.size(), 1u);
+}
+
+TEST(FitLoopTest, AnotherRankOutOfTimeStopsEveryRankAtTheSameVote) {
+  Fit fit(5, -1, /*world_size=*/2, /*vote_every=*/2);
+  fit.settings.training.spec.batch_size = 2;  // 5 batches an epoch
+  fit.settings.checkpoint_every_n_epochs = 0;
+  fit.stop = std::make_unique<StopCondition>(5, -1, 2, /*max_seconds=*/3600);  // this rank has time
+  fit.control.others_out_of_time_at_vote = 2;                                 // the other has not
+  const TrainPosition end = fit.run();
+  EXPECT_EQ(text(end), "0/4/4");  // votes at steps 2 and 4
+  EXPECT_EQ(fit.stop->reason(), StopReason::max_time);
+  ASSERT_EQ(fit.control.checkpoints.size(), 1u);
+  EXPECT_EQ(text(fit.control.checkpoints[0]), "0/4/4");
+}
+
+TEST(FitLoopTest, TimeLeftChangesNothing) {
+  Fit fit(2, -1);
+  fit.stop = std::make_unique<StopCondition>(2, -1, 1, 3600);
+  EXPECT_EQ(text(fit.run()), "2/0/6");
+  EXPECT_EQ(fit.stop->reason(), StopReason::max_epochs);
+}
+
+// --- val_check_interval ----------------------------------------------------------
+
+std::vector<std::string> calls_of(const Fit& fit, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& c : fit.model.calls)
+    if (c.rfind(prefix, 0) == 0) out.push_back(c);
+  return out;
+}
+
+TEST(FitLoopTest, ValCheckIntervalValidatesInsideTheEpochAndAtItsEnd) {
+  Fit fit(1, -1);
+  fit.settings.training.spec.batch_size = 2;  // 5 batches
+  fit.settings.val_check_interval = BatchLimit{false, 0.0, 2};
+  fit.run();
+  // After batches 1 and 3, then at the epoch's end.
+  EXPECT_EQ(calls_of(fit, "val 0").size(), 3u);
+  std::vector<std::string> order;
+  for (const auto& c : fit.model.calls)
+    if (c == "val 0" || c.rfind("train", 0) == 0) order.push_back(c);
+  EXPECT_EQ(order, (std::vector<std::string>{"train 0", "train 1", "val 0", "train 2", "train 3", "val 0", "train 4",
+                                             "val 0"}));
+  // A row per mid-epoch validation at its step, then the epoch's.
+  ASSERT_EQ(fit.control.rows.size(), 3u);
+  EXPECT_EQ(fit.control.rows[0].at("step"), 2);
+  EXPECT_EQ(fit.control.rows[1].at("step"), 4);
+  EXPECT_EQ(fit.control.rows[2].at("step"), 5);
+}
+
+TEST(FitLoopTest, AFractionalValCheckIntervalCountsTheEpochsBatches) {
+  Fit fit(1, -1);
+  fit.settings.training.spec.batch_size = 1;  // 10 batches
+  fit.settings.val_check_interval = BatchLimit{true, 0.25, 0};  // every 2 batches
+  fit.run();
+  EXPECT_EQ(fit.control.rows.size(), 5u);  // after batches 1, 3, 5, 7 and the end
+}
+
+TEST(FitLoopTest, AValidationInsideTheEpochLeavesTheEpochsTrainingMetricsWhole) {
+  torch::manual_seed(7);  // the same initial weights for both
+  Fit plain(1, -1);
+  plain.settings.training.spec.batch_size = 2;
+  plain.run();
+  torch::manual_seed(7);
+  Fit mid(1, -1);
+  mid.settings.training.spec.batch_size = 2;
+  mid.settings.val_check_interval = BatchLimit{false, 0.0, 2};
+  mid.run();
+  ASSERT_TRUE(plain.control.rows.back().count("train/loss"));
+  ASSERT_TRUE(mid.control.rows.back().count("train/loss"));
+  EXPECT_EQ(mid.control.rows.back().at("train/loss"), plain.control.rows.back().at("train/loss"));
+  EXPECT_FALSE(mid.control.rows.front().count("train/loss"));  // the validation's row is the validation's
+}
+
+TEST(FitLoopTest, AResumedEpochValidatesWhereTheFirstRunWould) {
+  Fit fit(1, -1);
+  fit.settings.training.spec.batch_size = 2;  // 5 batches
+  fit.settings.val_check_interval = BatchLimit{false, 0.0, 2};
+  fit.run(TrainPosition{0, 3, 3});  // resumed after batch 2
+  std::vector<std::string> order;
+  for (const auto& c : fit.model.calls)
+    if (c == "val 0" || c.rfind("train", 0) == 0) order.push_back(c);
+  EXPECT_EQ(order, (std::vector<std::string>{"train 3", "val 0", "train 4", "val 0"}));
+}
+
+TEST(FitLoopTest, EpochsThatDoNotValidateDoNotValidateInside) {
+  Fit fit(2, -1);
+  fit.settings.check_val_every_n_epoch = 2;
+  fit.settings.training.spec.batch_size = 2;
+  fit.settings.val_check_interval = BatchLimit{false, 0.0, 2};
+  fit.run();
+  EXPECT_EQ(fit.control.rows.size(), 4u);  // epoch 0's row; epoch 1: two inside, one at the end
+}
+
 class EvaluationLoopTest : public ::testing::TestWithParam<kiln_split> {};
 
 TEST_P(EvaluationLoopTest, RunsEveryBatchOfItsSplitAndTellsTheCallbacks) {

@@ -1,5 +1,6 @@
 // Unit tests for the run manifest (runtime/config/manifest.cpp): parsing,
 // validation with file:line:col messages, plugin lookup, --set overrides.
+#include "config/duration.hpp"
 #include "config/manifest.hpp"
 
 #include <gtest/gtest.h>
@@ -365,6 +366,37 @@ TEST_F(ManifestTest, PrecisionTakesLightningsNames) {
   EXPECT_EQ(load(kMinimal, {"trainer.precision=16-mixed"}).trainer.precision, kiln::Precision::fp16_mixed);
 }
 
+TEST(DurationTest, ReadsLightningsMaxTimeForms) {
+  EXPECT_EQ(kiln::parse_duration_seconds("00:30:00"), 1800);
+  EXPECT_EQ(kiln::parse_duration_seconds("01:00:00:05"), 86405);
+  EXPECT_EQ(kiln::parse_duration_seconds("100:00:00"), 360000);  // hours may pass 24 without days
+  EXPECT_EQ(kiln::parse_duration_seconds("00:00:00"), 0);
+  for (const char* bad : {"", "30", "00:30", "1:2:3:4:5", "00:60:00", "00:00:60", "01:24:00:00", "aa:bb:cc",
+                          "-1:00:00", "00::00", " 00:30:00", "00:30:00s"})
+    EXPECT_FALSE(kiln::parse_duration_seconds(bad)) << bad;
+}
+
+TEST_F(ManifestTest, MaxTimeAndValCheckInterval) {
+  const Manifest m = load(std::string("[trainer]\nmax_time = \"00:12:00\"\nval_check_interval = 0.25\n") + kMinimal);
+  EXPECT_EQ(m.trainer.max_time, "00:12:00");
+  EXPECT_TRUE(m.trainer.val_check_interval.is_fraction);
+  EXPECT_EQ(m.trainer.val_check_interval.fraction, 0.25);
+  EXPECT_EQ(load(kMinimal, {"trainer.val_check_interval=100"}).trainer.val_check_interval.count, 100);
+  // max_time alone bounds the run.
+  EXPECT_EQ(load(std::string("[trainer]\nmax_epochs = -1\nmax_time = \"00:00:10\"\n") + kMinimal).trainer.max_epochs, -1);
+}
+
+TEST_F(ManifestTest, MaxTimeThatDoesNotParseIsNamed) {
+  EXPECT_EQ(error(std::string("[trainer]\nmax_time = \"30m\"\n") + kMinimal),
+            at(2, 12) + "trainer.max_time must be a duration \"HH:MM:SS\" or \"DD:HH:MM:SS\" (e.g. \"00:30:00\" for "
+                        "30 minutes), not '30m'");
+}
+
+TEST_F(ManifestTest, ValCheckIntervalOfZeroIsRefused) {
+  EXPECT_NE(error(std::string("[trainer]\nval_check_interval = 0\n") + kMinimal).find("val_check_interval must be above 0"),
+            std::string::npos);
+}
+
 TEST_F(ManifestTest, IntegersAreAcceptedAsFloats) {
   const Manifest m = load(std::string(R"([optimizer]
 lr = 1
@@ -601,8 +633,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST_F(ManifestTest, UnboundedTrainingNeedsALimit) {
   EXPECT_EQ(error(std::string("[trainer]\nmax_epochs = -1\n") + kMinimal),
             at(2, 14) +
-                "trainer.max_epochs = -1 and trainer.max_steps = -1 would train forever: set max_epochs or max_steps "
-                "to a limit");
+                "trainer.max_epochs = -1 and trainer.max_steps = -1 would train forever: set max_epochs, max_steps "
+                "or max_time to a limit");
   const Manifest m = load(std::string("[trainer]\nmax_epochs = -1\nmax_steps = 100\n") + kMinimal);
   EXPECT_EQ(m.trainer.max_epochs, -1);
   EXPECT_EQ(m.trainer.max_steps, 100);

@@ -68,3 +68,24 @@ TEST(MetricStore, OneMetricReducedDifferentlyOnTwoRanksIsRefusedNamingTheRanks) 
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(MetricStoreAside, AValidationBetweenSetAsideAndTakeBackSeesOnlyItsOwnRecords) {
+  MetricStore store;
+  store.record("train/loss", 2.0, 1.0, KILN_METRIC_REDUCE_MEAN);
+  store.set_aside();
+  store.record("val/loss", 5.0, 1.0, KILN_METRIC_REDUCE_MEAN);
+  const auto val = store.reduce();
+  EXPECT_EQ(val.size(), 1u);
+  EXPECT_EQ(val.at("val/loss"), 5.0);
+  store.take_back();
+  store.record("train/loss", 4.0, 1.0, KILN_METRIC_REDUCE_MEAN);
+  const auto epoch = store.reduce();
+  EXPECT_EQ(epoch.at("train/loss"), 3.0);  // both halves of the epoch
+  EXPECT_FALSE(epoch.count("val/loss"));
+}
+
+}  // namespace
+}  // namespace kiln

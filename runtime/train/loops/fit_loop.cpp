@@ -25,17 +25,22 @@ void FitLoop::run(const TrainPosition& start) {
   const bool validates = c.model.has_step(KILN_SPLIT_VAL) && settings_.check_val_every_n_epoch > 0 &&
                          c.data.length(KILN_SPLIT_VAL) > 0;
   c.events.notify(Event::fit_start, c.progress_at(KILN_STAGE_FIT, 0, -1));
+  stop_.start_clock();
+  TrainingEpochLoop::MidEpochValidation mid_epoch{settings_.val_check_interval,
+                                                  [this](int64_t e, int64_t b) { validate_mid_epoch(e, b); }};
 
   int64_t epoch = start.epoch;
   while (!stop_.before_epoch(epoch)) {
     c.events.notify(Event::train_epoch_start, c.progress_at(KILN_STAGE_FIT, epoch, -1));
     const auto started = std::chrono::steady_clock::now();
-    const auto result = epoch_loop_.run(epoch, epoch == start.epoch ? start.next_batch : 0);
+    const bool validating_epoch = validates && (epoch + 1) % settings_.check_val_every_n_epoch == 0;
+    const auto result =
+        epoch_loop_.run(epoch, epoch == start.epoch ? start.next_batch : 0, validating_epoch ? &mid_epoch : nullptr);
     // After the metrics are read back: on a GPU that copy waits for the
     // epoch's queued work, so the time is the device's, not the launches'.
     std::map<std::string, double> row = c.metrics.reduce();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (validates && (epoch + 1) % settings_.check_val_every_n_epoch == 0)
+    if (validating_epoch)
       for (auto& [name, value] : EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch)) row[name] = value;
     c.events.notify(Event::train_epoch_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
     spdlog::info("epoch {}{}{}  ({:.2f} s, {:.0f} samples/s)", epoch,
@@ -53,12 +58,18 @@ void FitLoop::run(const TrainPosition& start) {
     // Epoch checkpoints are for complete epochs; a cut-short epoch is covered
     // by the step policy (or a preemption), whose checkpoint also carries the
     // epoch's partial metrics, so a resumed epoch reports exactly.
+    bool saved = false;
     if (settings_.checkpoint_every_n_epochs > 0 && position_.next_batch == 0 &&
-        (epoch + 1) % settings_.checkpoint_every_n_epochs == 0)
+        (epoch + 1) % settings_.checkpoint_every_n_epochs == 0) {
       c.control.save_checkpoint(position_);
+      saved = true;
+    }
     ++epoch;
     const auto stop = stop_.after_epoch(c.control, epoch, c.global_step);
     if (stop == StopReason::preempted) c.control.preempted(position_);
+    // Out of time at the epoch's end (a stop inside it saved there).
+    if (stop == StopReason::max_time && !result.stopped && !saved && c.control.checkpointing())
+      c.control.save_checkpoint(position_);
     if (stop) break;
   }
   c.events.notify(Event::fit_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
@@ -70,6 +81,17 @@ void FitLoop::run(const TrainPosition& start) {
     metrics["step"] = static_cast<double>(c.global_step);
     c.control.log_row(metrics);
   }
+}
+
+void FitLoop::validate_mid_epoch(int64_t epoch, int64_t batch) {
+  LoopContext& c = context_;
+  c.metrics.set_aside();
+  std::map<std::string, double> row = EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch);
+  c.metrics.take_back();
+  spdlog::info("epoch {} batch {} (step {}){}", epoch, batch, c.global_step, format_metrics(row));
+  row["epoch"] = static_cast<double>(epoch);
+  row["step"] = static_cast<double>(c.global_step);
+  c.control.log_row(row);
 }
 
 }  // namespace kiln

@@ -16,6 +16,7 @@ struct FitSettings {
   TrainingSettings training;
   EpochSpec val;
   int64_t check_val_every_n_epoch = 1;  // 0: never
+  BatchLimit val_check_interval;        // inside a validating epoch; 1.0: its end only
   bool test_after_fit = false;
   EpochSpec test;
   int64_t checkpoint_every_n_epochs = 0;  // 0: no epoch checkpoints
@@ -33,6 +34,9 @@ class FitLoop {
   TrainPosition position() const { return position_; }
 
  private:
+  // A validation inside the epoch, after `batch`: its own metrics row.
+  void validate_mid_epoch(int64_t epoch, int64_t batch);
+
   LoopContext& context_;
   FitSettings settings_;
   Optimization optimization_;

@@ -97,12 +97,18 @@ class MetricSink {
   // The host's own loss: a tensor, read back only at log points.
   virtual void record_loss(const at::Tensor& loss, double weight) = 0;
   virtual std::map<std::string, double> reduce() = 0;
+  // Around a validation inside a training epoch: what the epoch has recorded
+  // so far is put aside (read back, it is a log point), so the validation's
+  // reduce() sees only its own records, and taken back after it.
+  virtual void set_aside() = 0;
+  virtual void take_back() = 0;
 };
 
 // What every rank decides together at a stop vote.
 struct Votes {
   bool stop = false;     // some rank's callback asked to stop
   bool preempt = false;  // a preemption signal arrived on some rank
+  bool out_of_time = false;  // max_time passed on some rank's clock
 };
 
 // The run around the loops: signals, votes, checkpoints, the metrics file.
@@ -115,6 +121,8 @@ class RunControl {
   virtual Votes vote(const Votes& mine) = 0;
   // Commits a checkpoint of the run at `position` on every rank together.
   virtual std::filesystem::path save_checkpoint(const TrainPosition& position) = 0;
+  // Whether this run writes checkpoints ([checkpoint] present and enabled).
+  virtual bool checkpointing() const = 0;
   // A preemption: commits a checkpoint at `position`, then ends the run
   // (throws RunAborted, KILN_FAILURE_PREEMPTED; exit 75).
   [[noreturn]] virtual void preempted(const TrainPosition& position) = 0;

@@ -1,5 +1,7 @@
 #include "train/loops/stop_condition.hpp"
 
+#include <cstdio>
+
 #include <spdlog/spdlog.h>
 
 namespace kiln {
@@ -11,12 +13,23 @@ const char* stop_reason_name(StopReason reason) {
     case StopReason::requested: return "requested";
     case StopReason::agreed: return "agreed";
     case StopReason::preempted: return "preempted";
+    case StopReason::max_time: return "max_time";
   }
   return "?";
 }
 
-StopCondition::StopCondition(int64_t max_epochs, int64_t max_steps, int64_t vote_every_n_steps)
-    : max_epochs_(max_epochs), max_steps_(max_steps), vote_every_(vote_every_n_steps > 0 ? vote_every_n_steps : 1) {}
+StopCondition::StopCondition(int64_t max_epochs, int64_t max_steps, int64_t vote_every_n_steps,
+                             std::optional<int64_t> max_seconds)
+    : max_epochs_(max_epochs),
+      max_steps_(max_steps),
+      vote_every_(vote_every_n_steps > 0 ? vote_every_n_steps : 1),
+      max_seconds_(max_seconds) {}
+
+void StopCondition::start_clock() { started_ = std::chrono::steady_clock::now(); }
+
+bool StopCondition::out_of_time() const {
+  return max_seconds_ && std::chrono::steady_clock::now() - started_ >= std::chrono::seconds(*max_seconds_);
+}
 
 void StopCondition::request(const std::string& who, const std::string& why) {
   // The first request is the one named; the request itself is an atomic
@@ -38,9 +51,13 @@ std::optional<StopReason> StopCondition::decide(std::optional<StopReason> reason
 std::optional<StopReason> StopCondition::take_vote(RunControl& control) {
   Votes mine;
   mine.stop = requested_.load();
+  // Each rank reads its own clock; the vote makes the first to run out
+  // stop them all at the same step.
+  mine.out_of_time = out_of_time();
   const Votes all = control.vote(mine);
   if (all.preempt) return StopReason::preempted;
   if (all.stop) return mine.stop ? StopReason::requested : StopReason::agreed;
+  if (all.out_of_time) return StopReason::max_time;
   return std::nullopt;
 }
 
@@ -83,6 +100,13 @@ std::string StopCondition::describe() const {
     case StopReason::requested: return "requested by " + requested_by_ + " (step " + std::to_string(at_step_) + ")";
     case StopReason::agreed: return "another rank's callback asked to stop; all ranks agreed (step " + std::to_string(at_step_) + ")";
     case StopReason::preempted: return "preempted (step " + std::to_string(at_step_) + ")";
+    case StopReason::max_time:
+    {
+      const long long s = max_seconds_.value_or(0);
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%02lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+      return "max_time=" + std::string(limit) + " reached (step " + std::to_string(at_step_) + ")";
+    }
   }
   return "?";
 }

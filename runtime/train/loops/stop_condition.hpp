@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@ enum class StopReason {
   requested,   // a callback on this rank asked to stop (request_stop)
   agreed,      // a callback on another rank asked, and the ranks agreed
   preempted,   // the preemption signal arrived (a checkpoint, then exit 75)
+  max_time,    // [trainer] max_time passed (on some rank's clock; all agreed)
 };
 const char* stop_reason_name(StopReason reason);
 
@@ -26,7 +28,14 @@ class StopCondition {
  public:
   // `vote_every_n_steps`: how often ranks vote inside an epoch (1 in a single
   // process, where the "vote" is free).
-  StopCondition(int64_t max_epochs, int64_t max_steps, int64_t vote_every_n_steps);
+  // `max_seconds`: [trainer] max_time, counted from start_clock().
+  StopCondition(int64_t max_epochs, int64_t max_steps, int64_t vote_every_n_steps,
+                std::optional<int64_t> max_seconds = std::nullopt);
+
+  // The fit starts: max_time counts from here.
+  void start_clock();
+  // Whether max_time has passed on this rank's clock (false without one).
+  bool out_of_time() const;
 
   // A callback's request_stop (any thread). Acted on at the next vote.
   void request(const std::string& who, const std::string& why);
@@ -52,6 +61,8 @@ class StopCondition {
   std::optional<StopReason> take_vote(RunControl& control);
 
   int64_t max_epochs_, max_steps_, vote_every_;
+  std::optional<int64_t> max_seconds_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::atomic<bool> requested_{false};
   std::string requested_by_;
   std::optional<StopReason> reason_;

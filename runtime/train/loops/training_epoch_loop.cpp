@@ -68,7 +68,8 @@ void TrainingEpochLoop::clip_gradients() {
   for (auto& g : grads) g.mul_(factor);
 }
 
-TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_batch) {
+TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_batch,
+                                                 const MidEpochValidation* validation) {
   LoopContext& c = context_;
   auto& optimizer = optimization_.optimizer;
   const bool single_process = c.world_size <= 1;
@@ -77,6 +78,13 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_ba
   const int64_t accumulate = settings_.accumulate_grad_batches;
   Result result;
   result.batches = n;
+  // Batches between validations: a fraction counts the whole epoch's
+  // batches, so a resumed epoch validates where the first run would have.
+  const int64_t val_every = validation ? std::max<int64_t>(validation->every.apply(n), 0) : 0;
+  if (validation && !validation->every.is_fraction && validation->every.count > n && first_batch == 0)
+    spdlog::warn("trainer.val_check_interval = {} is more than the {} training batches of epoch {}: it validates at "
+                 "the epoch's end only",
+                 validation->every.count, n, epoch);
   c.progress.begin(fmt::format("epoch {}", epoch), n);
   optimizer.zero_grad();
   int64_t b = first_batch;
@@ -115,12 +123,20 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_ba
       c.events.notify(Event::train_batch_end, c.progress_at(KILN_STAGE_FIT, epoch, b));
     }
     c.progress.step(b, [&shown] { return shown.item<double>(); });
+    // Before the step's checkpoint, so a checkpoint monitoring a validation
+    // metric ranks by this validation (Lightning's order too).
+    if (val_every > 0 && val_every < n && (b + 1) % val_every == 0 && b + 1 < n) validation->validate(epoch, b);
     if (boundary) {
       const TrainPosition here{epoch, b + 1, c.global_step};
-      if (settings_.checkpoint_every_n_steps > 0 && c.global_step % settings_.checkpoint_every_n_steps == 0)
+      bool saved = false;
+      if (settings_.checkpoint_every_n_steps > 0 && c.global_step % settings_.checkpoint_every_n_steps == 0) {
         c.control.save_checkpoint(here);
+        saved = true;
+      }
       stop = stop_.after_step(c.control, c.global_step);
       if (stop == StopReason::preempted) c.control.preempted(here);
+      // Out of time: the run can go on from here with --resume last.
+      if (stop == StopReason::max_time && !saved && c.control.checkpointing()) c.control.save_checkpoint(here);
     } else {
       stop = stop_.between_steps(single_process);
     }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "train/loops/loop_parts.hpp"
@@ -49,8 +50,15 @@ class TrainingEpochLoop {
     int64_t samples = 0;     // samples trained on, all ranks together
     bool stopped = false;    // the stop condition ended the epoch early
   };
+  // After which batches of an epoch `validate(epoch, batch)` runs: every
+  // `every` batches (as Lightning's val_check_interval counts them), never
+  // after the last (the epoch's end has its own). Unset: none.
+  struct MidEpochValidation {
+    BatchLimit every;
+    std::function<void(int64_t epoch, int64_t batch)> validate;
+  };
   // Runs epoch `epoch` from batch `first_batch`.
-  Result run(int64_t epoch, int64_t first_batch);
+  Result run(int64_t epoch, int64_t first_batch, const MidEpochValidation* validation = nullptr);
 
  private:
   void backward(const at::Tensor& loss, bool sync);
