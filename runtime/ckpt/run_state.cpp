@@ -24,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include "train/optim_registry.hpp"
+#include "train/param_groups.hpp"
 
 namespace kiln {
 
@@ -91,6 +92,15 @@ TensorSection parse_tensor(const CheckpointFile& file, const std::string& name) 
   if (__builtin_mul_overflow(numel, static_cast<int64_t>(item), &bytes) || out.data.size() != static_cast<uint64_t>(bytes))
     throw CheckpointError(where + " has the wrong number of bytes");
   return out;
+}
+
+// The plain dtype c10::toString names `dtype` (parse_tensor has checked it is one).
+c10::ScalarType scalar_type_named(const std::string& dtype) {
+  for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+    const auto type = static_cast<c10::ScalarType>(i);
+    if (type != c10::ScalarType::Undefined && !c10::isQIntType(type) && dtype == c10::toString(type)) return type;
+  }
+  throw std::logic_error("no dtype named " + dtype);
 }
 
 // Copies section `name` into `target` after checking dtype and shape.
@@ -191,6 +201,15 @@ ScalerState read_scaler(const CheckpointFile& file) {
 
 }  // namespace
 
+at::Tensor read_tensor_section(const CheckpointFile& file, const std::string& name) {
+  const TensorSection s = parse_tensor(file, name);
+  at::Tensor t = at::empty(s.sizes, at::TensorOptions().dtype(scalar_type_named(s.dtype)));
+  if (s.data.size() != static_cast<size_t>(t.numel()) * t.element_size())
+    throw CheckpointError(file.path().string() + ": section '" + name + "' has the wrong number of bytes");
+  if (!s.data.empty()) std::memcpy(t.data_ptr(), s.data.data(), s.data.size());
+  return t;
+}
+
 void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
   CheckpointWriter writer(file);
   writer.add("meta", meta_text(s.position, s.monitor, s.monitored));
@@ -198,6 +217,7 @@ void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
   for (const auto& [name, t] : *s.params) add_tensor(writer, "param/" + name, t);
   for (const auto& [name, t] : *s.buffers) add_tensor(writer, "buffer/" + name, t);
   if (s.optimizer && s.trainable) save_optimizer(writer, *s.optimizer, *s.trainable);
+  if (s.optimizer && !s.optimizer_groups.empty()) writer.add("optim/groups", s.optimizer_groups);
   {
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
@@ -243,6 +263,19 @@ void restore_run_state(const CheckpointFile& file, RunStateView& s) {
   };
   same_names("param/", *s.params, "parameter");
   same_names("buffer/", *s.buffers, "buffer");
+  // The same optimization, or none of it: groups, their parameters and
+  // options as the checkpointed run had them (checkpoints from before
+  // parameter groups had one group and no "optim/groups").
+  if (s.optimizer && !s.optimizer_groups.empty()) {
+    if (file.has("optim/groups")) {
+      if (auto difference = param_groups_difference(std::string(file.section("optim/groups")), s.optimizer_groups))
+        throw CheckpointError(where + ": the optimizer differs from the checkpointed run's: " + *difference +
+                              " (resume with the optimizer settings the run was started with)");
+    } else if (s.optimizer_groups.find("group optimizer.groups[") != std::string::npos) {
+      throw CheckpointError(where + ": the checkpoint has no [[optimizer.groups]] (it was written before kiln had "
+                                    "parameter groups) but the manifest has some (resume without them)");
+    }
+  }
 
   for (auto& [name, t] : *s.params) restore_tensor(file, "param/" + name, name, t);
   for (auto& [name, t] : *s.buffers) restore_tensor(file, "buffer/" + name, name, t);

@@ -34,6 +34,9 @@ struct RunStateView {
   NamedTensors* buffers = nullptr;
   torch::optim::Optimizer* optimizer = nullptr;   // nullptr outside fit
   const std::vector<at::Tensor>* trainable = nullptr;  // the optimizer's parameters, in order
+  // The optimizer's parameter groups as train/param_groups.hpp describes
+  // them ("optim/groups"); a resumed run must have the same.
+  std::string optimizer_groups;
   PluginStates plugin_states;
   std::string metrics_latest;       // MetricStore::export_latest()
   std::string metrics_pending;      // MetricStore::export_pending() (mid-epoch)
@@ -46,6 +49,11 @@ struct RunStateView {
   // saved and restored beside the CPU's.
   c10::Device device{c10::kCPU};
 };
+
+// The tensor a "param/", "buffer/" or other tensor section holds, as a CPU
+// tensor of its own dtype and shape. Throws CheckpointError naming the file
+// and section when it is absent or not a tensor.
+at::Tensor read_tensor_section(const CheckpointFile& file, const std::string& name);
 
 // Writes a checkpoint of `state` to `file` with the commit protocol.
 void save_run_state(const std::filesystem::path& file, const RunStateView& state);

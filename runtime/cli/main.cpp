@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -24,6 +25,7 @@
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_dir.hpp"
 #include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/weights_export.hpp"
 #include "dist/launch_env.hpp"
 #include "dist/heartbeat.hpp"
 #include "dist/supervisor.hpp"
@@ -266,6 +268,19 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("target", target, "a manifest (.toml), a plugin shared object or a checkpoint (.ckpt)")
       ->required();
   inspect_cmd->add_option("--set", overrides, "override a manifest key")->allow_extra_args(false);
+  kiln::ExportRequest export_request;
+  std::string export_checkpoint, export_output;
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "write a checkpoint's model weights for other tools: safetensors, or a torch.load-able .pt dict");
+  export_cmd->add_option("checkpoint", export_checkpoint, "the checkpoint (.ckpt)")->required();
+  export_cmd
+      ->add_option("--format", export_request.format, "safetensors (default) or pt")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, kiln::ExportFormat>{{"safetensors", kiln::ExportFormat::safetensors},
+                                                    {"pt", kiln::ExportFormat::pt}}));
+  export_cmd->add_option("-o,--output", export_output,
+                         "the file to write (default: the checkpoint's name with .safetensors or .pt, beside it)");
+  export_cmd->add_flag("--force", export_request.overwrite, "replace the output file if it exists");
   CLI::App* reference_cmd = app.add_subcommand(
       "manifest-reference", "print the reference of every manifest key (docs/manifest.md) as Markdown");
 
@@ -276,7 +291,7 @@ int main(int argc, char** argv) {
     // Bad command lines get kiln's one line too, naming what was wrong.
     std::string what = kiln::one_line(e.what());
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty())
-      what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, manifest-reference)";
+      what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, export, manifest-reference)";
     std::cerr << "kiln: error: " << what << " (see kiln --help)" << std::endl;
     return kiln::kExitBadInput;
   }
@@ -293,6 +308,14 @@ int main(int argc, char** argv) {
   };
   try {
     if (inspect_cmd->parsed()) return inspect(target, overrides);
+    if (export_cmd->parsed()) {
+      export_request.checkpoint = export_checkpoint;
+      if (!export_output.empty()) export_request.output = export_output;
+      const kiln::ExportResult result = kiln::export_weights(export_request);
+      std::cout << "exported " << result.tensors << " tensors (" << result.bytes << " bytes) to "
+                << result.file.string() << "\n";
+      return kiln::kExitOk;
+    }
     if (reference_cmd->parsed()) {
       std::cout << kiln::manifest_reference_markdown() << std::flush;
       return kiln::kExitOk;

@@ -546,6 +546,19 @@ SchemaValue choice_list_value(const KeySchema& k, const Field& f) {
   return names;
 }
 
+// Glob patterns: a non-empty array of non-empty strings.
+SchemaValue patterns_value(const Field& f) {
+  const auto* array = f.node.as_array();
+  if (!array) f.wrong_type("an array of glob patterns, e.g. [\"*.bias\"]", toml::node_type::array);
+  if (array->empty()) f.fail(f.name() + " must list at least one pattern, e.g. [\"*.bias\"]");
+  std::vector<std::string> patterns;
+  for (std::size_t i = 0; i < array->size(); ++i) {
+    const Field element{f.ctx, child(f.path, index_part(i)), *array->get(i)};
+    patterns.push_back(element.nonempty_string());
+  }
+  return patterns;
+}
+
 SchemaValue checked_value(const KeySchema& k, const Field& f) {
   switch (k.kind) {
     case ValueKind::boolean: return f.boolean();
@@ -558,6 +571,7 @@ SchemaValue checked_value(const KeySchema& k, const Field& f) {
     case ValueKind::flag_or_count: return flag_or_count_value(f);
     case ValueKind::betas: return betas_value(f);
     case ValueKind::choice_list: return choice_list_value(k, f);
+    case ValueKind::patterns: return patterns_value(f);
   }
   f.fail(f.name() + " has no reader (a bug in kiln's manifest schema)");
 }
@@ -578,10 +592,12 @@ struct Validator {
     return it == host_tables.end() ? nullptr : it->second;
   }
 
-  // Which other host table knows `key` (for "it belongs in [optimizer]").
+  // Which other host table knows `key` (for "it belongs in [optimizer]");
+  // an array of tables comes back bracketed once more, so that the callers'
+  // "[" + owner + "]" reads [[optimizer.groups]].
   std::string owner_of(const std::string& key, const std::string& except) const {
     for (const auto& t : manifest_schema()) {
-      if (t.name != except && t.find(key)) return t.name;
+      if (t.name != except && t.find(key)) return t.array_of_tables ? "[" + t.name + "]" : t.name;
     }
     return "";
   }
@@ -595,11 +611,17 @@ struct Validator {
       ctx.fail_at(path, table_source(node, key), message);
     }
     host_tables[schema.name] = table;
-    const std::vector<std::string> known = schema.key_names();
+    std::vector<std::string> known = schema.key_names();
+    for (const auto& t : manifest_schema())
+      if (t.array_of_tables && starts_with(t.name, schema.name + ".")) known.push_back(t.name.substr(schema.name.size() + 1));
     for (const auto& [k, v] : in_file_order(*table)) {
       const std::string name(k->str());
       const KeySchema* spec = schema.find(name);
       const KeyPath key_path = child(path, name);
+      if (const TableSchema* entries = find_table_schema(schema.name + "." + name); entries && entries->array_of_tables) {
+        check_table_array(*entries, key_path, *k, *v);
+        continue;
+      }
       if (!spec) {
         std::string hint = suggest(name, known);
         if (hint.empty()) {
@@ -609,6 +631,81 @@ struct Validator {
         ctx.fail_at(key_path, k->source(), "unknown key '" + name + "' in [" + schema.name + "]" + hint);
       }
       spec->store(m, checked_value(*spec, Field{ctx, key_path, *v}));
+    }
+  }
+
+  // [[optimizer.groups]]: each entry opened, then its keys checked and
+  // stored into it; an entry missing a required key is refused.
+  void check_table_array(const TableSchema& schema, const KeyPath& path, const toml::key& key, const toml::node& node) {
+    const std::string shown = "[[" + schema.name + "]]";
+    const auto* array = node.as_array();
+    if (!array) {
+      std::string message = display(path) + " must be an array of tables, not " + std::string(type_phrase(node));
+      if (node.is_table()) message += " (write each entry as a " + shown + " table)";
+      ctx.fail_at(path, table_source(node, key), message);
+    }
+    const std::vector<std::string> known = schema.key_names();
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = *array->get(i);
+      const KeyPath element_path = child(path, index_part(i));
+      const auto& source = element.source().begin.line > 0 ? element.source() : table_source(node, key);
+      const auto* entry = element.as_table();
+      if (!entry) {
+        ctx.fail_at(element_path, source,
+                    display(element_path) + " must be a table, not " + std::string(type_phrase(element)) +
+                        " (write each entry as a " + shown + " table)");
+      }
+      std::string where = ctx.where(element_path, source);
+      for (const auto& k : schema.keys) {
+        if (!k.required) continue;
+        const toml::node* value = entry->get(k.key);
+        if (!value) {
+          ctx.fail_at(element_path, source,
+                      display(element_path) + " has no '" + k.key + "': every " + shown + " entry sets it (" + k.doc +
+                          ")");
+        }
+        where = ctx.where(child(element_path, k.key), value->source());
+      }
+      schema.add_entry(m, where);
+      for (const auto& [k, v] : in_file_order(*entry)) {
+        const std::string name(k->str());
+        const KeySchema* spec = schema.find(name);
+        const KeyPath key_path = child(element_path, name);
+        if (!spec) {
+          std::string hint = suggest(name, known);
+          if (hint.empty()) hint = " (known keys: " + join(known, ", ") + ")";
+          ctx.fail_at(key_path, k->source(), "unknown key '" + name + "' in " + display(element_path) + hint);
+        }
+        spec->store(m, checked_value(*spec, Field{ctx, key_path, *v}));
+      }
+    }
+  }
+
+  // Each group sets only options its optimizer reads (an option the
+  // optimizer ignores would silently do nothing), and nesterov keeps its
+  // momentum.
+  void check_optimizer_groups() {
+    const toml::table* optimizer = host_table("optimizer");
+    const toml::array* entries = optimizer ? optimizer->get_as<toml::array>("groups") : nullptr;
+    if (!entries) return;
+    const std::vector<std::string>& takes = optimizer_option_keys(m.optimizer.name);
+    for (std::size_t i = 0; i < entries->size() && i < m.optimizer.groups.size(); ++i) {
+      const toml::table* entry = entries->get(i)->as_table();
+      const KeyPath entry_path{"optimizer", "groups", index_part(i)};
+      for (const auto& [k, v] : in_file_order(*entry)) {
+        const std::string name(k->str());
+        if (name == "match" || std::find(takes.begin(), takes.end(), name) != takes.end()) continue;
+        const KeyPath key_path = child(entry_path, name);
+        ctx.fail_at(key_path, k->source(),
+                    display(key_path) + ": " + option_name(m.optimizer.name) + " takes no " + name +
+                        " (the options it takes: " + join(takes, ", ") + ")");
+      }
+      const OptimizerConfig options = m.optimizer.for_group(m.optimizer.groups[i]);
+      if (options.name == OptimizerName::sgd && options.nesterov && options.momentum <= 0.0) {
+        ctx.fail_at(entry_path, entry->source(),
+                    display(entry_path) + ": nesterov = true needs momentum > 0 (set momentum in the group or in "
+                                          "[optimizer], or nesterov = false)");
+      }
     }
   }
 
@@ -742,7 +839,7 @@ struct Validator {
         have_data = true;
       } else if (name == "callbacks") {
         check_callbacks(*k, *v);
-      } else if (const TableSchema* schema = find_table_schema(name)) {
+      } else if (const TableSchema* schema = find_table_schema(name); schema && !schema->array_of_tables) {
         if (name == "checkpoint") m.checkpoint.enabled = true;  // `enabled` may still turn it off
         check_host_table(*schema, *k, *v);
       } else {
@@ -776,6 +873,8 @@ struct Validator {
     };
     if (!has_key("run", "dir")) m.run.dir = (ctx.dir / "runs" / m.run.name).lexically_normal();
     if (!has_key("checkpoint", "dir")) m.checkpoint.dir = m.run.dir / "checkpoints";
+    // torch's own defaults: Adagrad's eps is 1e-10, the others' 1e-8.
+    if (!has_key("optimizer", "eps") && m.optimizer.name == OptimizerName::adagrad) m.optimizer.eps = 1e-10;
 
     // Checks across keys.
     if (m.trainer.max_epochs == -1 && m.trainer.max_steps == -1 && m.trainer.max_time.empty()) {
@@ -793,6 +892,7 @@ struct Validator {
       fail(where_key("optimizer", "nesterov") +
            ": optimizer.nesterov = true needs optimizer.momentum > 0 (set momentum, e.g. 0.9, or nesterov = false)");
     }
+    check_optimizer_groups();
     if (m.checkpoint.enabled && m.checkpoint.monitor.empty() && m.checkpoint.save_top_k > 1) {
       fail(where_key("checkpoint", "save_top_k") + ": checkpoint.save_top_k = " +
            std::to_string(m.checkpoint.save_top_k) +
@@ -1008,6 +1108,22 @@ std::string read_manifest(const fs::path& file, const std::string& shown) {
 }  // namespace
 
 // ---------------------------------------------------------------------------
+
+OptimizerConfig OptimizerConfig::for_group(const OptimizerGroupConfig& g) const {
+  OptimizerConfig c = *this;
+  c.groups.clear();
+  c.lr = g.lr.value_or(lr);
+  c.weight_decay = g.weight_decay.value_or(weight_decay);
+  c.momentum = g.momentum.value_or(momentum);
+  c.nesterov = g.nesterov.value_or(nesterov);
+  if (g.betas) std::tie(c.beta1, c.beta2) = *g.betas;
+  c.eps = g.eps.value_or(eps);
+  c.alpha = g.alpha.value_or(alpha);
+  c.centered = g.centered.value_or(centered);
+  c.lr_decay = g.lr_decay.value_or(lr_decay);
+  c.initial_accumulator_value = g.initial_accumulator_value.value_or(initial_accumulator_value);
+  return c;
+}
 
 int64_t BatchLimit::apply(int64_t available) const {
   if (available <= 0) return 0;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/options.hpp"
@@ -76,14 +77,34 @@ struct TrainerConfig {
   bool predictions_text = false;    // `kiln predict` also writes predictions.txt (uint8 rows as text)
 };
 
+// One [[optimizer.groups]] entry: the parameters its glob patterns match
+// (the first group that matches a parameter takes it), and the options it
+// sets in place of [optimizer]'s; an option it leaves out is [optimizer]'s.
+struct OptimizerGroupConfig {
+  std::vector<std::string> match;   // glob patterns over the model's parameter names
+  std::string where;                // "file:line:col" of `match` (or "--set ..."), for messages
+  std::optional<double> lr, weight_decay, momentum, eps, alpha, lr_decay, initial_accumulator_value;
+  std::optional<bool> nesterov, centered;
+  std::optional<std::pair<double, double>> betas;
+};
+
 struct OptimizerConfig {
   OptimizerName name = OptimizerName::adam;
   double lr = 1e-3;
   double weight_decay = 0.0;
-  double momentum = 0.0;            // sgd
+  double momentum = 0.0;            // sgd, rmsprop
   bool nesterov = false;            // sgd
   double beta1 = 0.9, beta2 = 0.999;// adam, adamw (`betas = [b1, b2]` in TOML)
-  double eps = 1e-8;
+  double eps = 1e-8;                // adam, adamw, rmsprop; adagrad's default is 1e-10 (torch's)
+  double alpha = 0.99;              // rmsprop: the smoothing constant
+  bool centered = false;            // rmsprop: normalize by the gradient's estimated variance
+  double lr_decay = 0.0;            // adagrad
+  double initial_accumulator_value = 0.0;  // adagrad
+  std::vector<OptimizerGroupConfig> groups;  // [[optimizer.groups]], in manifest order
+
+  // The options of `group`: its own where it sets them, these elsewhere
+  // (the result has no groups).
+  OptimizerConfig for_group(const OptimizerGroupConfig& group) const;
 };
 
 struct SchedulerConfig {

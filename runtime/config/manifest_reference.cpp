@@ -22,6 +22,7 @@ std::string type_text(const KeySchema& k) {
     case ValueKind::flag_or_count: return "boolean or integer";
     case ValueKind::betas: return "array of 2 numbers";
     case ValueKind::choice_list: return "array of strings";
+    case ValueKind::patterns: return "array of strings";
   }
   return "";
 }
@@ -49,6 +50,7 @@ std::string allowed_text(const KeySchema& k) {
     case ValueKind::batch_limit: return "an integer >= 0 (batches) or a float in [0.0, 1.0] (a fraction)";
     case ValueKind::flag_or_count: return "`true` (= 1), `false` (= 0) or an integer >= 0";
     case ValueKind::betas: return "each in [0, 1)";
+    case ValueKind::patterns: return "at least one; none empty";
   }
   return "";
 }
@@ -58,11 +60,10 @@ std::string default_text(const KeySchema& k, const Manifest& defaults) {
   return code(k.show(defaults));
 }
 
-void key_rows(std::ostringstream& out, const std::vector<KeySchema>& keys, const std::string& prefix,
-              const Manifest& defaults) {
+void key_rows(std::ostringstream& out, const std::vector<KeySchema>& keys, const Manifest& defaults) {
   out << "| key | type | default | allowed | meaning |\n|---|---|---|---|---|\n";
   for (const auto& k : keys) {
-    out << "| " << code(prefix + k.key) << " | " << type_text(k) << " | " << default_text(k, defaults) << " | "
+    out << "| " << code(k.table.empty() ? k.key : k.dotted()) << " | " << type_text(k) << " | " << default_text(k, defaults) << " | "
         << allowed_text(k) << " | " << k.doc << " |\n";
   }
 }
@@ -81,12 +82,13 @@ std::string manifest_reference_markdown() {
          "keys; a string key takes VALUE as text (`--set run.name=2024` is the string \"2024\").\n"
          "Plugin tables belong to their plugins, except `path` and `id`.\n";
   for (const auto& table : manifest_schema()) {
-    out << "\n## [" << table.name << "]\n\n" << table.doc << ".\n\n";
-    key_rows(out, table.keys, table.name + ".", defaults);
+    const std::string header = table.array_of_tables ? "[[" + table.name + "]]" : "[" + table.name + "]";
+    out << "\n## " << header << "\n\n" << table.doc << ".\n\n";
+    key_rows(out, table.keys, defaults);
   }
   out << "\n## [model], [data], [[callbacks]]\n\n"
          "Plugin tables: the host reads these two keys and hands every other key to the plugin.\n\n";
-  key_rows(out, plugin_host_keys(), "", defaults);
+  key_rows(out, plugin_host_keys(), defaults);
   return out.str();
 }
 

@@ -71,16 +71,6 @@ struct MemberType<fs::path> {
   static std::string show(const fs::path& v) { return quoted(v.string()); }
 };
 template <>
-struct MemberType<std::vector<std::string>> {  // the closed set comes from .choices()
-  static constexpr ValueKind kind = ValueKind::choice_list;
-  static std::vector<std::string> from(const SchemaValue& v) { return std::get<std::vector<std::string>>(v); }
-  static std::string show(const std::vector<std::string>& v) {
-    std::string out;
-    for (const auto& s : v) out += (out.empty() ? "" : ", ") + quoted(s);
-    return "[" + out + "]";
-  }
-};
-template <>
 struct MemberType<BatchLimit> {
   static constexpr ValueKind kind = ValueKind::batch_limit;
   static BatchLimit from(const SchemaValue& v) { return std::get<BatchLimit>(v); }
@@ -89,11 +79,46 @@ struct MemberType<BatchLimit> {
   }
 };
 
-// Declares the keys of one table, each bound to a member of `Section`.
+template <>
+struct MemberType<std::pair<double, double>> {
+  static constexpr ValueKind kind = ValueKind::betas;
+  static std::pair<double, double> from(const SchemaValue& v) { return std::get<std::pair<double, double>>(v); }
+  static std::string show(const std::pair<double, double>& v) {
+    return "[" + float_text(v.first) + ", " + float_text(v.second) + "]";
+  }
+};
+template <>
+struct MemberType<std::vector<std::string>> {  // patterns; .choices() makes it a choice_list
+  static constexpr ValueKind kind = ValueKind::patterns;
+  static std::vector<std::string> from(const SchemaValue& v) { return std::get<std::vector<std::string>>(v); }
+  static std::string show(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ", ") + quoted(s);
+    return "[" + out + "]";
+  }
+};
+// An option a group may leave to [optimizer]: absent until set.
+template <class T>
+struct MemberType<std::optional<T>> {
+  static constexpr ValueKind kind = MemberType<T>::kind;
+  static std::optional<T> from(const SchemaValue& v) { return MemberType<T>::from(v); }
+  static std::string show(const std::optional<T>& v) { return v ? MemberType<T>::show(*v) : ""; }
+};
+
+// Declares the keys of one table, each bound to a member of `Section`: a
+// member of the Manifest, or (for an array of tables) of its newest entry.
 template <class Section>
 class TableDeclaration {
  public:
-  TableDeclaration(std::string name, Section Manifest::*section, std::string doc) : section_(section) {
+  using Access = std::function<Section&(Manifest&)>;
+  using ConstAccess = std::function<const Section&(const Manifest&)>;
+
+  TableDeclaration(std::string name, Section Manifest::*section, std::string doc)
+      : TableDeclaration(
+            std::move(name), [section](Manifest& m) -> Section& { return m.*section; },
+            [section](const Manifest& m) -> const Section& { return m.*section; }, std::move(doc)) {}
+  TableDeclaration(std::string name, Access access, ConstAccess shown, std::string doc)
+      : access_(std::move(access)), shown_(std::move(shown)) {
     table_.name = std::move(name);
     table_.doc = std::move(doc);
   }
@@ -102,20 +127,19 @@ class TableDeclaration {
   template <class T>
   TableDeclaration& key(std::string name, T Section::*member, std::string doc) {
     KeySchema k = declare(std::move(name), std::move(doc));
-    const auto section = section_;
+    const Access access = access_;
+    const ConstAccess shown = shown_;
     if constexpr (std::is_enum_v<T>) {
       k.kind = ValueKind::choice;
       k.choices = option_names<T>();
-      k.store = [section, member](Manifest& m, const SchemaValue& v) {
-        (m.*section).*member = static_cast<T>(std::get<ChoiceIndex>(v).index);
+      k.store = [access, member](Manifest& m, const SchemaValue& v) {
+        access(m).*member = static_cast<T>(std::get<ChoiceIndex>(v).index);
       };
-      k.show = [section, member](const Manifest& m) { return quoted(option_name((m.*section).*member)); };
+      k.show = [shown, member](const Manifest& m) { return quoted(option_name(shown(m).*member)); };
     } else {
       k.kind = MemberType<T>::kind;
-      k.store = [section, member](Manifest& m, const SchemaValue& v) {
-        (m.*section).*member = MemberType<T>::from(v);
-      };
-      k.show = [section, member](const Manifest& m) { return MemberType<T>::show((m.*section).*member); };
+      k.store = [access, member](Manifest& m, const SchemaValue& v) { access(m).*member = MemberType<T>::from(v); };
+      k.show = [shown, member](const Manifest& m) { return MemberType<T>::show(shown(m).*member); };
     }
     table_.keys.push_back(std::move(k));
     return *this;
@@ -142,7 +166,11 @@ class TableDeclaration {
   TableDeclaration& between(double min, double max) { return last().min = min, last().max = max, *this; }
   TableDeclaration& nonempty() { return last().nonempty = true, *this; }
   TableDeclaration& kind(ValueKind kind) { return last().kind = kind, *this; }
-  TableDeclaration& choices(std::vector<std::string> names) { return last().choices = std::move(names), *this; }
+  // A list of names out of a closed set (logging.loggers).
+  TableDeclaration& choices(std::vector<std::string> names) {
+    last().kind = ValueKind::choice_list;
+    return last().choices = std::move(names), *this;
+  }
   TableDeclaration& refuse(decltype(KeySchema::refuse) check, std::string allowed) {
     last().refuse = std::move(check);
     last().allowed_text = std::move(allowed);
@@ -150,8 +178,18 @@ class TableDeclaration {
   }
   TableDeclaration& allowed(std::string text) { return last().allowed_text = std::move(text), *this; }
   TableDeclaration& default_text(std::string text) { return last().default_text = std::move(text), *this; }
+  TableDeclaration& required() { return last().required = true, last().default_text = "required", *this; }
+  // Makes the table an array of tables whose entries `add_entry` opens.
+  TableDeclaration& array_of_tables(std::function<void(Manifest&, const std::string&)> add_entry) {
+    table_.array_of_tables = true;
+    table_.add_entry = std::move(add_entry);
+    return *this;
+  }
 
-  TableSchema done() { return std::move(table_); }
+  TableSchema done() {
+    for (auto& k : table_.keys) k.in_array = table_.array_of_tables;
+    return std::move(table_);
+  }
 
  private:
   KeySchema declare(std::string name, std::string doc) {
@@ -163,7 +201,8 @@ class TableDeclaration {
   }
   KeySchema& last() { return table_.keys.back(); }
 
-  Section Manifest::*section_;
+  Access access_;
+  ConstAccess shown_;
   TableSchema table_;
 };
 
@@ -281,7 +320,7 @@ std::vector<TableSchema> declare_schema() {
   optimizer.key("name", &OptimizerConfig::name, "which optimizer");
   optimizer.key("lr", &OptimizerConfig::lr, "the base learning rate").above(0.0);
   optimizer.key("weight_decay", &OptimizerConfig::weight_decay, "L2 penalty (decoupled for adamw)").at_least(0.0);
-  optimizer.key("momentum", &OptimizerConfig::momentum, "sgd only").at_least(0.0);
+  optimizer.key("momentum", &OptimizerConfig::momentum, "sgd and rmsprop: the momentum factor").at_least(0.0);
   optimizer.key("nesterov", &OptimizerConfig::nesterov, "sgd only: Nesterov momentum (needs momentum > 0)");
   optimizer.key(
       "betas", ValueKind::betas,
@@ -290,8 +329,53 @@ std::vector<TableSchema> declare_schema() {
       },
       [](const Manifest& m) { return "[" + float_text(m.optimizer.beta1) + ", " + float_text(m.optimizer.beta2) + "]"; },
       "adam and adamw: the running averages' coefficients [beta1, beta2]");
-  optimizer.key("eps", &OptimizerConfig::eps, "adam and adamw: added to the denominator").above(0.0);
+  optimizer.key("eps", &OptimizerConfig::eps, "adam, adamw, rmsprop, adagrad: added to the denominator")
+      .above(0.0)
+      .default_text("`1e-08`; adagrad: `1e-10` (torch's defaults)");
+  optimizer.key("alpha", &OptimizerConfig::alpha, "rmsprop: the smoothing constant of the squared gradients' average")
+      .between(0.0, 1.0);
+  optimizer.key("centered", &OptimizerConfig::centered,
+                "rmsprop: divide by the gradient's estimated variance rather than its second moment");
+  optimizer.key("lr_decay", &OptimizerConfig::lr_decay, "adagrad: the rate is lr / (1 + (step - 1) * lr_decay)")
+      .at_least(0.0);
+  optimizer.key("initial_accumulator_value", &OptimizerConfig::initial_accumulator_value,
+                "adagrad: the starting value of the squared gradients' sum")
+      .at_least(0.0);
   tables.push_back(optimizer.done());
+
+  // Each [[optimizer.groups]] entry: its keys bound to the newest group.
+  static const OptimizerGroupConfig kNoGroup;
+  TableDeclaration<OptimizerGroupConfig> groups(
+      "optimizer.groups", [](Manifest& m) -> OptimizerGroupConfig& { return m.optimizer.groups.back(); },
+      [](const Manifest&) -> const OptimizerGroupConfig& { return kNoGroup; },
+      "Parameter groups: options for the parameters whose names match; the first group that matches a parameter "
+      "takes it, and the parameters no group matches keep [optimizer]'s options (docs/optimizer_groups.md)");
+  groups.array_of_tables([](Manifest& m, const std::string& where) {
+    m.optimizer.groups.emplace_back();
+    m.optimizer.groups.back().where = where;
+  });
+  const std::string inherited = "[optimizer]'s";
+  groups.key("match", &OptimizerGroupConfig::match,
+             "glob patterns over the parameter names the model reports (`*` any run of characters, dots "
+             "included; `?` one; `[abc]` one of); each must match a parameter")
+      .required();
+  groups.key("lr", &OptimizerGroupConfig::lr, "the group's base learning rate (a schedule scales it)")
+      .above(0.0)
+      .default_text(inherited);
+  groups.key("weight_decay", &OptimizerGroupConfig::weight_decay, "the group's weight decay")
+      .at_least(0.0)
+      .default_text(inherited);
+  groups.key("momentum", &OptimizerGroupConfig::momentum, "sgd, rmsprop").at_least(0.0).default_text(inherited);
+  groups.key("nesterov", &OptimizerGroupConfig::nesterov, "sgd").default_text(inherited);
+  groups.key("betas", &OptimizerGroupConfig::betas, "adam, adamw").default_text(inherited);
+  groups.key("eps", &OptimizerGroupConfig::eps, "adam, adamw, rmsprop, adagrad").above(0.0).default_text(inherited);
+  groups.key("alpha", &OptimizerGroupConfig::alpha, "rmsprop").between(0.0, 1.0).default_text(inherited);
+  groups.key("centered", &OptimizerGroupConfig::centered, "rmsprop").default_text(inherited);
+  groups.key("lr_decay", &OptimizerGroupConfig::lr_decay, "adagrad").at_least(0.0).default_text(inherited);
+  groups.key("initial_accumulator_value", &OptimizerGroupConfig::initial_accumulator_value, "adagrad")
+      .at_least(0.0)
+      .default_text(inherited);
+  tables.push_back(groups.done());
 
   TableDeclaration<SchedulerConfig> scheduler("scheduler", &Manifest::scheduler,
                                               "The learning-rate schedule: the rate of each period (an epoch or a step)");
@@ -413,6 +497,21 @@ const TableSchema* find_table_schema(const std::string& table) {
 const KeySchema* find_key_schema(const std::string& table, const std::string& key) {
   const TableSchema* t = find_table_schema(table);
   return t ? t->find(key) : nullptr;
+}
+
+const std::vector<std::string>& optimizer_option_keys(OptimizerName name) {
+  static const std::vector<std::string> sgd{"lr", "weight_decay", "momentum", "nesterov"};
+  static const std::vector<std::string> adam{"lr", "weight_decay", "betas", "eps"};
+  static const std::vector<std::string> rmsprop{"lr", "weight_decay", "momentum", "alpha", "eps", "centered"};
+  static const std::vector<std::string> adagrad{"lr", "weight_decay", "lr_decay", "initial_accumulator_value", "eps"};
+  switch (name) {
+    case OptimizerName::sgd: return sgd;
+    case OptimizerName::adam:
+    case OptimizerName::adamw: return adam;
+    case OptimizerName::rmsprop: return rmsprop;
+    case OptimizerName::adagrad: return adagrad;
+  }
+  return adam;
 }
 
 const std::vector<KeySchema>& plugin_host_keys() {

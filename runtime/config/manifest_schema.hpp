@@ -39,6 +39,7 @@ enum class ValueKind {
   flag_or_count,  // true/false or an integer >= 0 (trainer.fast_dev_run)
   betas,          // [beta1, beta2], each a number in [0, 1) (optimizer.betas)
   choice_list,    // an array of distinct strings out of a closed set (logging.loggers)
+  patterns,       // a non-empty array of non-empty strings (optimizer.groups[i].match)
 };
 
 // The index of a name in a closed set.
@@ -58,6 +59,8 @@ struct KeySchema {
   std::optional<double> min, max;           // number: bounds, inclusive unless min_exclusive
   bool min_exclusive = false;
   bool nonempty = false;              // string, path: "" is refused
+  bool required = false;              // an entry of an array of tables must set it
+  bool in_array = false;              // a key of each entry of an array of tables
   std::vector<std::string> choices;   // choice, choice_list: the closed set, in enum order
   // string: the whole message for a value it refuses, "" when fine (`name` is
   // the dotted key as messages show it).
@@ -68,7 +71,9 @@ struct KeySchema {
   std::function<void(Manifest&, const SchemaValue&)> store;
   std::function<std::string(const Manifest&)> show;  // the value as TOML (for the default)
 
-  std::string dotted() const { return table + "." + key; }
+  // "optimizer.lr"; a key of an array of tables as its first entry's
+  // ("optimizer.groups[0].lr"), as messages and --set name it.
+  std::string dotted() const { return table + (in_array ? "[0]." : ".") + key; }
   // --set takes its value as text even when it reads as a number or boolean.
   bool takes_string() const {
     return kind == ValueKind::string || kind == ValueKind::path || kind == ValueKind::choice;
@@ -76,15 +81,21 @@ struct KeySchema {
 };
 
 struct TableSchema {
-  std::string name;  // "trainer"
+  std::string name;  // "trainer", or "optimizer.groups" for an array of tables
   std::string doc;   // one line
   std::vector<KeySchema> keys;
+  // An array of tables ([[optimizer.groups]]) inside the table named before
+  // its last dot: each entry is opened with `add_entry` (given where it is
+  // written, for later messages), then its keys are stored into that entry.
+  bool array_of_tables = false;
+  std::function<void(Manifest&, const std::string& where)> add_entry;
 
   const KeySchema* find(const std::string& key) const;
   std::vector<std::string> key_names() const;
 };
 
-// The host tables, in the order the reference lists them.
+// The host tables, in the order the reference lists them (an array of
+// tables right after the table that holds it).
 const std::vector<TableSchema>& manifest_schema();
 const TableSchema* find_table_schema(const std::string& table);
 const KeySchema* find_key_schema(const std::string& table, const std::string& key);
@@ -92,6 +103,10 @@ const KeySchema* find_key_schema(const std::string& table, const std::string& ke
 // A float as the schema shows it: the shortest text that reads back as the
 // same double, with a point (60.0, 0.001, 1e-08).
 std::string float_text(double d);
+
+// The [optimizer] keys optimizer `name` reads, in the order messages list
+// them; a parameter group may set exactly these.
+const std::vector<std::string>& optimizer_option_keys(OptimizerName name);
 
 // The host keys of every plugin table ([model], [data], each [[callbacks]]);
 // `table` is empty. Checked by the manifest's plugin code, not the schema.

@@ -18,7 +18,7 @@ namespace kiln {
 enum class LogLevel { debug, info, warn, error };
 enum class GradientClipAlgorithm { norm, value };
 enum class ProgressMode { automatic, bar, lines, none };
-enum class OptimizerName { sgd, adam, adamw };
+enum class OptimizerName { sgd, adam, adamw, rmsprop, adagrad };
 enum class SchedulerName { none, step, cosine, linear_warmup };
 enum class SchedulerInterval { epoch, step };
 enum class MonitorMode { min, max };
@@ -45,7 +45,7 @@ struct OptionNames<ProgressMode> {
 };
 template <>
 struct OptionNames<OptimizerName> {
-  static constexpr std::array<const char*, 3> names{"sgd", "adam", "adamw"};
+  static constexpr std::array<const char*, 5> names{"sgd", "adam", "adamw", "rmsprop", "adagrad"};
 };
 template <>
 struct OptionNames<SchedulerName> {

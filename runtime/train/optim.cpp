@@ -1,28 +1,50 @@
 #include "train/optim.hpp"
 
+#include <stdexcept>
+#include <string>
+
 #include "train/optim_registry.hpp"
 
 namespace kiln {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c,
                                                         const std::vector<at::Tensor>& parameters) {
-  return optimizer_entry(c.name).build(c, parameters);
+  return optimizer_entry(c.name).build({OptimizerGroup{parameters, c}}, c);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c, const std::vector<ParamGroup>& groups,
+                                                        const std::vector<at::Tensor>& trainable) {
+  std::vector<OptimizerGroup> built;
+  for (const ParamGroup& g : groups) {
+    OptimizerGroup group{{}, g.options};
+    for (size_t i : g.members) group.params.push_back(trainable.at(i));
+    built.push_back(std::move(group));
+  }
+  return optimizer_entry(c.name).build(built, c);
 }
 
 LrSchedule::LrSchedule(const SchedulerConfig& config, double base_lr, int64_t total_periods)
-    : config_(config),
-      base_lr_(base_lr),
-      total_periods_(total_periods),
-      per_step_(config.interval == SchedulerInterval::step) {}
+    : LrSchedule(config, std::vector<double>{base_lr}, total_periods) {}
 
-double LrSchedule::lr(int64_t period) const {
-  return schedule_entry(config_.name).lr(config_, base_lr_, total_periods_, period);
+LrSchedule::LrSchedule(const SchedulerConfig& config, std::vector<double> base_lrs, int64_t total_periods)
+    : config_(config),
+      base_lrs_(std::move(base_lrs)),
+      total_periods_(total_periods),
+      per_step_(config.interval == SchedulerInterval::step) {
+  if (base_lrs_.empty()) throw std::logic_error("LrSchedule needs a base learning rate");
+}
+
+double LrSchedule::lr(int64_t period, size_t group) const {
+  return schedule_entry(config_.name).lr(config_, base_lrs_.at(group), total_periods_, period);
 }
 
 void LrSchedule::apply(torch::optim::Optimizer& optimizer, int64_t period) const {
-  if (config_.name == SchedulerName::none) return;  // the optimizer's own rate stays, whatever it is
-  const double value = lr(period);
-  for (auto& group : optimizer.param_groups()) group.options().set_lr(value);
+  if (config_.name == SchedulerName::none) return;  // the optimizer's own rates stay, whatever they are
+  auto& groups = optimizer.param_groups();
+  if (base_lrs_.size() != 1 && base_lrs_.size() != groups.size())
+    throw std::logic_error("LrSchedule has " + std::to_string(base_lrs_.size()) + " base rates for " +
+                           std::to_string(groups.size()) + " parameter groups");
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(lr(period, base_lrs_.size() == 1 ? 0 : i));
 }
 
 }  // namespace kiln

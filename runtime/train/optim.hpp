@@ -8,27 +8,41 @@
 #include <torch/optim.h>
 
 #include "config/manifest.hpp"
+#include "train/param_groups.hpp"
 
 namespace kiln {
 
-// Built by the optimizer's registry entry (train/optim_registry.hpp).
+// Built by the optimizer's registry entry (train/optim_registry.hpp): one
+// parameter group with `config`'s options.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         const std::vector<at::Tensor>& parameters);
+// One torch parameter group per planned group (train/param_groups.hpp), in
+// the plan's order, each with its options; `trainable` is what the groups'
+// members index.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
+                                                        const std::vector<ParamGroup>& groups,
+                                                        const std::vector<at::Tensor>& trainable);
 
 // A multiplicative factor on the base learning rate per period (an epoch or
 // an optimizer step, by `interval`), like LambdaLR: one formula per schedule,
 // so that any period's rate can be computed directly (exact resume needs it).
+// Each parameter group is scheduled from its own base rate, as torch's
+// schedulers do from each group's initial_lr.
 class LrSchedule {
  public:
   LrSchedule(const SchedulerConfig& config, double base_lr, int64_t total_periods);
-  double lr(int64_t period) const;
+  // One base rate per parameter group, in the optimizer's group order.
+  LrSchedule(const SchedulerConfig& config, std::vector<double> base_lrs, int64_t total_periods);
+  // The rate of `group` in `period`.
+  double lr(int64_t period, size_t group = 0) const;
   bool per_step() const { return per_step_; }
-  // Sets every parameter group's learning rate for `period`.
+  // Sets every parameter group's learning rate for `period`. With a single
+  // base rate, every group gets it.
   void apply(torch::optim::Optimizer& optimizer, int64_t period) const;
 
  private:
   SchedulerConfig config_;
-  double base_lr_;
+  std::vector<double> base_lrs_;
   int64_t total_periods_;
   bool per_step_;
 };

@@ -4,8 +4,10 @@
 #include <stdexcept>
 #include <typeinfo>
 
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
 namespace kiln {
@@ -53,19 +55,111 @@ std::unique_ptr<torch::optim::OptimizerParamState> load_sgd_state(const ParamSta
   return state;
 }
 
-std::unique_ptr<torch::optim::Optimizer> build_sgd(const OptimizerConfig& c, const std::vector<at::Tensor>& parameters) {
-  return std::make_unique<torch::optim::SGD>(
-      parameters, torch::optim::SGDOptions(c.lr).momentum(c.momentum).nesterov(c.nesterov).weight_decay(c.weight_decay));
+// RMSprop's state; momentum_buffer and grad_avg exist only with momentum
+// and centered. The empty "rmsprop" field marks the kind.
+ParamStateFields save_rmsprop_state(const torch::optim::OptimizerParamState& base) {
+  const auto& state = static_cast<const torch::optim::RMSpropParamState&>(base);
+  ParamStateFields fields;
+  fields.texts.emplace_back("rmsprop", "");
+  fields.texts.emplace_back("step", std::to_string(state.step()));
+  fields.tensors.emplace_back("square_avg", state.square_avg());
+  if (state.momentum_buffer().defined()) fields.tensors.emplace_back("momentum_buffer", state.momentum_buffer());
+  if (state.grad_avg().defined()) fields.tensors.emplace_back("grad_avg", state.grad_avg());
+  return fields;
 }
 
-std::unique_ptr<torch::optim::Optimizer> build_adam(const OptimizerConfig& c, const std::vector<at::Tensor>& parameters) {
-  return std::make_unique<torch::optim::Adam>(
-      parameters, torch::optim::AdamOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay));
+std::unique_ptr<torch::optim::OptimizerParamState> load_rmsprop_state(const ParamStateReader& fields) {
+  auto state = std::make_unique<torch::optim::RMSpropParamState>();
+  state->step(fields.count("step"));
+  state->square_avg(fields.tensor("square_avg"));
+  if (fields.has("momentum_buffer")) state->momentum_buffer(fields.tensor("momentum_buffer"));
+  if (fields.has("grad_avg")) state->grad_avg(fields.tensor("grad_avg"));
+  return state;
 }
 
-std::unique_ptr<torch::optim::Optimizer> build_adamw(const OptimizerConfig& c, const std::vector<at::Tensor>& parameters) {
-  return std::make_unique<torch::optim::AdamW>(
-      parameters, torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay));
+// Adagrad's state: the squared gradients' sum and the step (lr_decay).
+ParamStateFields save_adagrad_state(const torch::optim::OptimizerParamState& base) {
+  const auto& state = static_cast<const torch::optim::AdagradParamState&>(base);
+  ParamStateFields fields;
+  fields.texts.emplace_back("adagrad", "");
+  fields.texts.emplace_back("step", std::to_string(state.step()));
+  fields.tensors.emplace_back("sum", state.sum());
+  return fields;
+}
+
+std::unique_ptr<torch::optim::OptimizerParamState> load_adagrad_state(const ParamStateReader& fields) {
+  auto state = std::make_unique<torch::optim::AdagradParamState>();
+  state->step(fields.count("step"));
+  state->sum(fields.tensor("sum"));
+  return state;
+}
+
+// Each group with its own options object; torch clones `defaults` only for
+// groups that have none.
+template <class Optim, class Options>
+std::unique_ptr<torch::optim::Optimizer> build_groups(const std::vector<OptimizerGroup>& groups,
+                                                      const OptimizerConfig& defaults,
+                                                      Options (*options)(const OptimizerConfig&)) {
+  std::vector<torch::optim::OptimizerParamGroup> param_groups;
+  for (const auto& g : groups)
+    param_groups.emplace_back(g.params, std::make_unique<Options>(options(g.options)));
+  return std::make_unique<Optim>(std::move(param_groups), options(defaults));
+}
+
+torch::optim::SGDOptions sgd_options(const OptimizerConfig& c) {
+  return torch::optim::SGDOptions(c.lr).momentum(c.momentum).nesterov(c.nesterov).weight_decay(c.weight_decay);
+}
+torch::optim::AdamOptions adam_options(const OptimizerConfig& c) {
+  return torch::optim::AdamOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay);
+}
+torch::optim::AdamWOptions adamw_options(const OptimizerConfig& c) {
+  return torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(c.weight_decay);
+}
+torch::optim::RMSpropOptions rmsprop_options(const OptimizerConfig& c) {
+  return torch::optim::RMSpropOptions(c.lr)
+      .alpha(c.alpha)
+      .eps(c.eps)
+      .weight_decay(c.weight_decay)
+      .momentum(c.momentum)
+      .centered(c.centered);
+}
+torch::optim::AdagradOptions adagrad_options(const OptimizerConfig& c) {
+  return torch::optim::AdagradOptions(c.lr)
+      .lr_decay(c.lr_decay)
+      .weight_decay(c.weight_decay)
+      .initial_accumulator_value(c.initial_accumulator_value)
+      .eps(c.eps);
+}
+
+std::unique_ptr<torch::optim::Optimizer> build_sgd(const std::vector<OptimizerGroup>& g, const OptimizerConfig& d) {
+  return build_groups<torch::optim::SGD>(g, d, sgd_options);
+}
+std::unique_ptr<torch::optim::Optimizer> build_adam(const std::vector<OptimizerGroup>& g, const OptimizerConfig& d) {
+  return build_groups<torch::optim::Adam>(g, d, adam_options);
+}
+std::unique_ptr<torch::optim::Optimizer> build_adamw(const std::vector<OptimizerGroup>& g, const OptimizerConfig& d) {
+  return build_groups<torch::optim::AdamW>(g, d, adamw_options);
+}
+std::unique_ptr<torch::optim::Optimizer> build_rmsprop(const std::vector<OptimizerGroup>& g, const OptimizerConfig& d) {
+  return build_groups<torch::optim::RMSprop>(g, d, rmsprop_options);
+}
+
+// LibTorch's Adagrad fills every parameter's sum with the *defaults'*
+// initial_accumulator_value when it is constructed; each group's own value
+// is what torch.optim.Adagrad uses, so the sums are filled again per group.
+std::unique_ptr<torch::optim::Optimizer> build_adagrad(const std::vector<OptimizerGroup>& g, const OptimizerConfig& d) {
+  auto optimizer = build_groups<torch::optim::Adagrad>(g, d, adagrad_options);
+  at::NoGradGuard no_grad;
+  for (auto& group : optimizer->param_groups()) {
+    const double initial = static_cast<torch::optim::AdagradOptions&>(group.options()).initial_accumulator_value();
+    for (const auto& p : group.params()) {
+      auto state = std::make_unique<torch::optim::AdagradParamState>();
+      state->step(0);
+      state->sum(torch::full_like(p.data(), initial, at::MemoryFormat::Preserve));
+      optimizer->state()[optimizer_state_key(p)] = std::move(state);
+    }
+  }
+  return optimizer;
 }
 
 // ---- schedules: the learning rate of `period`
@@ -97,6 +191,10 @@ const OptimizerRegistry& optimizer_registry() {
        save_adam_state<torch::optim::AdamParamState>, load_adam_state<torch::optim::AdamParamState>},
       {OptimizerName::adamw, typeid(torch::optim::AdamW), "Adam", "step", build_adamw,
        save_adam_state<torch::optim::AdamWParamState>, load_adam_state<torch::optim::AdamWParamState>},
+      {OptimizerName::rmsprop, typeid(torch::optim::RMSprop), "RMSprop", "rmsprop", build_rmsprop, save_rmsprop_state,
+       load_rmsprop_state},
+      {OptimizerName::adagrad, typeid(torch::optim::Adagrad), "Adagrad", "adagrad", build_adagrad, save_adagrad_state,
+       load_adagrad_state},
   }};
   return registry;
 }

@@ -54,13 +54,21 @@ class ParamStateReader {
   virtual int64_t count(const std::string& field) const = 0;      // a non-negative integer
 };
 
+// One parameter group as an optimizer is built with it.
+struct OptimizerGroup {
+  std::vector<at::Tensor> params;
+  OptimizerConfig options;  // the group's (the optimizer's name is the entry's)
+};
+
 struct OptimizerEntry {
   OptimizerName name;
   std::type_index type;     // the torch::optim class `build` makes
   const char* state_name;   // "Adam": optimizers whose state reads the same share it
   const char* state_marker; // the field every saved state of this kind has
-  std::unique_ptr<torch::optim::Optimizer> (*build)(const OptimizerConfig& config,
-                                                    const std::vector<at::Tensor>& parameters);
+  // One torch parameter group per entry of `groups`, in order, with its
+  // options; `defaults` are the optimizer's own ([optimizer]'s).
+  std::unique_ptr<torch::optim::Optimizer> (*build)(const std::vector<OptimizerGroup>& groups,
+                                                    const OptimizerConfig& defaults);
   // `state` is the state of an optimizer `build` made.
   ParamStateFields (*save_state)(const torch::optim::OptimizerParamState& state);
   std::unique_ptr<torch::optim::OptimizerParamState> (*load_state)(const ParamStateReader& fields);

@@ -420,7 +420,8 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
   // --- fit ----------------------------------------------------------------------
   void fit() {
     const auto& t = m_.trainer;
-    optimizer_ = make_optimizer(m_.optimizer, trainable_);
+    const std::vector<ParamGroup> groups = plan_optimizer_groups();
+    optimizer_ = make_optimizer(m_.optimizer, groups, trainable_);
     if (rank() == 0) {  // only rank 0 logs
       monitors_.emplace(t.log_every_n_steps, world_size());
       monitors_->attach(*optimizer_);
@@ -445,7 +446,9 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     const bool per_step = m_.scheduler.interval == SchedulerInterval::step;
     const int64_t total_periods = per_step ? (max_steps_ > 0 ? max_steps_ : steps_per_epoch * std::max<int64_t>(max_epochs_, 1))
                                            : std::max<int64_t>(max_epochs_, 1);
-    const LrSchedule schedule(m_.scheduler, m_.optimizer.lr, total_periods);
+    std::vector<double> base_lrs;
+    for (const ParamGroup& g : groups) base_lrs.push_back(g.options.lr);
+    const LrSchedule schedule(m_.scheduler, base_lrs, total_periods);
     TrainPosition start;
     if (resume_) start = resume_from(*resume_);
     agree_on_start();
@@ -460,6 +463,23 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     if (scaler)
       spdlog::info("16-mixed: {} optimizer steps skipped for inf/NaN gradients; loss scale now {}",
                    scaler_state_.skipped, scaler_state_.scale);
+  }
+
+  // [[optimizer.groups]] over the model's parameter names; the description
+  // goes into every checkpoint (a resumed run must have the same groups).
+  std::vector<ParamGroup> plan_optimizer_groups() {
+    std::vector<std::string> names;
+    std::vector<bool> trained;
+    for (const auto& [name, tensor] : params_) {
+      names.push_back(name);
+      trained.push_back(tensor.requires_grad());
+    }
+    std::vector<ParamGroup> groups = plan_param_groups(m_.optimizer, names, trained, model_->id());
+    optimizer_groups_ = describe_param_groups(groups, trainable_names_);
+    if (!m_.optimizer.groups.empty())
+      for (const ParamGroup& g : groups)
+        spdlog::info("parameter group {}: {} tensors, lr {}", g.label, g.members.size(), g.options.lr);
+    return groups;
   }
 
   // --- validate, test, predict ------------------------------------------------------
@@ -499,6 +519,7 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     view.buffers = &buffers_;
     view.optimizer = optimizer_.get();
     view.trainable = &trainable_;
+    view.optimizer_groups = optimizer_groups_;
     {
       std::lock_guard<std::mutex> lock(metrics_mutex_);
       flush_tensor_metrics();
@@ -676,6 +697,7 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
   std::vector<at::Tensor> trainable_;
   std::vector<std::string> trainable_names_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::string optimizer_groups_;  // describe_param_groups(), for checkpoints
   std::unique_ptr<GradSync> grad_sync_;
   bool checkpointing_ = false;
   int preempt_signal_ = 0;

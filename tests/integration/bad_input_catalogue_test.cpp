@@ -173,6 +173,21 @@ std::vector<BadInput> catalogue() {
        }},
       {"manifest_loggers_not_an_array", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[logging]\nloggers = \"jsonl\"\n"); c.args = fit(c); c.names = "logging.loggers must be an array"; }},
       {"manifest_plugin_key_wrong_type", [](Case& c) { rewrite_manifest(c, "hidden = [16]", "hidden = \"sixteen\""); c.args = fit(c); c.names = "hidden"; }},
+      {"manifest_optimizer_group_matches_no_parameter", [](Case& c) {
+         write_file(c.manifest, read_file(c.manifest) + "[[optimizer.groups]]\nmatch = [\"*.bais\"]\nweight_decay = 0.0\n");
+         c.args = fit(c);
+         c.names = "optimizer.groups[0].match: '*.bais' matches no parameter of model 'kiln.mlp' (its parameters: fc1.weight, fc1.bias";
+       }},
+      {"manifest_optimizer_group_unknown_key", [](Case& c) {
+         write_file(c.manifest, read_file(c.manifest) + "[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decy = 0.0\n");
+         c.args = fit(c);
+         c.names = "unknown key 'weight_decy' in optimizer.groups[0]";
+       }},
+      {"manifest_optimizer_group_option_the_optimizer_ignores", [](Case& c) {
+         write_file(c.manifest, read_file(c.manifest) + "[[optimizer.groups]]\nmatch = [\"*.bias\"]\nmomentum = 0.9\n");
+         c.args = fit(c);
+         c.names = "optimizer.groups[0].momentum: adam takes no momentum";
+       }},
       // --- --set ----------------------------------------------------------------
       {"set_without_equals", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_epochs"}); c.names = "trainer.max_epochs"; }},
       {"set_unknown_key", [](Case& c) { c.args = fit(c, {"--set", "trainer.nope=1"}); c.names = "nope"; }},
@@ -212,6 +227,29 @@ std::vector<BadInput> catalogue() {
          put_bytes(c.dir / "ckpt" / "other.ckpt", g_other_model_checkpoint);
          c.args = fit(c, {"--resume", (c.dir / "ckpt" / "other.ckpt").string()});
          c.names = "other.ckpt";
+       }},
+      {"ckpt_resumed_with_other_optimizer_groups", [](Case& c) {
+         write_file(c.manifest, read_file(c.manifest) + "[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decay = 0.0\n");
+         c.args = fit(c, {"--resume", c.good.string()});
+         c.names = "good.ckpt: the optimizer differs from the checkpointed run's: the manifest has optimizer.groups[0] (match '*.bias') but the checkpoint has no such group";
+       }},
+      {"export_missing_checkpoint", [](Case& c) { c.args = {"export", (c.dir / "ckpt" / "nope.ckpt").string()}; c.names = "nope.ckpt"; }},
+      {"export_truncated_checkpoint", [](Case& c) {
+         std::string b = g_checkpoint;
+         b.resize(b.size() / 2);
+         put_bytes(c.dir / "ckpt" / "cut.ckpt", b);
+         c.args = {"export", (c.dir / "ckpt" / "cut.ckpt").string()};
+         c.names = "cut.ckpt";
+       }},
+      {"export_unknown_format", [](Case& c) { c.args = {"export", c.good.string(), "--format", "onnx"}; c.names = "onnx"; }},
+      {"export_output_exists", [](Case& c) {
+         write_file(c.dir / "ckpt" / "good.safetensors", "an earlier export");
+         c.args = {"export", c.good.string()};
+         c.names = "good.safetensors exists";
+       }},
+      {"export_output_directory_missing", [](Case& c) {
+         c.args = {"export", c.good.string(), "-o", (c.dir / "nowhere" / "w.pt").string(), "--format", "pt"};
+         c.names = "nowhere";
        }},
       {"inspect_truncated_checkpoint", [](Case& c) {
          std::string b = g_checkpoint;

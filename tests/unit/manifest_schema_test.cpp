@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -56,7 +57,19 @@ class SchemaTest : public ::testing::Test {
   }
 
   static std::string assignment(const KeySchema& k, const std::string& value) {
-    return "[" + k.table + "]\n" + k.key + " = " + value + "\n" + kMinimal;
+    if (!k.in_array) return "[" + k.table + "]\n" + k.key + " = " + value + "\n" + kMinimal;
+    // A group key, under the first optimizer that reads it, in an entry that matches.
+    std::string optimizer = "adam";
+    for (std::size_t i = 0; i < option_count<OptimizerName>(); ++i) {
+      const auto name = static_cast<OptimizerName>(i);
+      const auto& keys = optimizer_option_keys(name);
+      if (std::find(keys.begin(), keys.end(), k.key) != keys.end()) {
+        optimizer = option_name(name);
+        break;
+      }
+    }
+    return "[optimizer]\nname = \"" + optimizer + "\"\nmomentum = 0.9\n\n[[" + k.table + "]]\n" +
+           (k.required ? "" : "match = [\"*\"]\n") + k.key + " = " + value + "\n" + kMinimal;
   }
 
   fs::path root_;

@@ -568,7 +568,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST_F(ManifestTest, EnumMessageListsTheChoices) {
   EXPECT_EQ(error(std::string("[optimizer]\nname = \"lamb\"\n") + kMinimal),
-            at(2, 8) + "optimizer.name must be 'sgd', 'adam' or 'adamw', not 'lamb'");
+            at(2, 8) + "optimizer.name must be 'sgd', 'adam', 'adamw', 'rmsprop' or 'adagrad', not 'lamb'");
   EXPECT_EQ(error(std::string("[run]\ndevice = \"tpu\"\n") + kMinimal),
             at(2, 10) + "run.device must be 'auto', 'cpu', 'cuda' or 'cuda:N' (N = device index), not 'tpu' (did you mean 'cpu'?)");
 }
@@ -994,7 +994,7 @@ TEST_F(ManifestTest, OverrideWithWrongTypeOrValueNamesTheSetArgument) {
             "--set trainer.max_epochs=abc: trainer.max_epochs must be an integer, not a string");
   EXPECT_EQ(error(kMinimal, {"trainer.batch_size=0"}), "--set trainer.batch_size=0: trainer.batch_size must be >= 1, not 0");
   EXPECT_EQ(error(kMinimal, {"optimizer.name=adm"}),
-            "--set optimizer.name=adm: optimizer.name must be 'sgd', 'adam' or 'adamw', not 'adm' (did you mean "
+            "--set optimizer.name=adm: optimizer.name must be 'sgd', 'adam', 'adamw', 'rmsprop' or 'adagrad', not 'adm' (did you mean "
             "'adam'?)");
   EXPECT_EQ(error(kMinimal, {"model.path=kiln_mlpp"}),
             "--set model.path=kiln_mlpp: plugin 'kiln_mlpp' for [model] not found in " + plugins_.string() +
@@ -1098,3 +1098,76 @@ TEST(PluginSearchPathTest, FromEnvironment) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// [[optimizer.groups]]
+
+namespace kiln {
+namespace {
+
+TEST_F(ManifestTest, OptimizerGroupsAreReadInOrderWithTheirOwnOptions) {
+  const Manifest m = load(std::string(kMinimal) +
+                          "\n[optimizer]\nname = \"adamw\"\nweight_decay = 0.01\n\n"
+                          "[[optimizer.groups]]\nmatch = [\"*.bias\", \"*norm*\"]\nweight_decay = 0.0\n\n"
+                          "[[optimizer.groups]]\nmatch = [\"fc1.*\"]\nlr = 1e-4\nbetas = [0.8, 0.9]\n");
+  ASSERT_EQ(m.optimizer.groups.size(), 2u);
+  EXPECT_EQ(m.optimizer.groups[0].match, (std::vector<std::string>{"*.bias", "*norm*"}));
+  EXPECT_EQ(m.optimizer.groups[0].where, manifest_path() + ":12:9");
+  const OptimizerConfig first = m.optimizer.for_group(m.optimizer.groups[0]);
+  EXPECT_DOUBLE_EQ(first.weight_decay, 0.0);
+  EXPECT_DOUBLE_EQ(first.lr, m.optimizer.lr);
+  const OptimizerConfig second = m.optimizer.for_group(m.optimizer.groups[1]);
+  EXPECT_DOUBLE_EQ(second.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(second.weight_decay, 0.01);  // [optimizer]'s
+  EXPECT_DOUBLE_EQ(second.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(second.beta2, 0.9);
+}
+
+TEST_F(ManifestTest, AGroupCanBeAddedWithSet) {
+  const Manifest m = load(kMinimal, {"optimizer.groups[0].match=[\"*.bias\"]", "optimizer.groups[0].weight_decay=0"});
+  ASSERT_EQ(m.optimizer.groups.size(), 1u);
+  EXPECT_EQ(m.optimizer.groups[0].weight_decay, 0.0);
+}
+
+TEST_F(ManifestTest, AnUnknownGroupKeyIsNamedWithItsEntry) {
+  EXPECT_EQ(error(std::string(kMinimal) + "\n[[optimizer.groups]]\nmatch = [\"*\"]\nweight_decy = 0.0\n"),
+            at(9, 1) + "unknown key 'weight_decy' in optimizer.groups[0] (did you mean 'weight_decay'?)");
+}
+
+TEST_F(ManifestTest, AGroupWithoutMatchOrWithAnEmptyOneIsRefused) {
+  EXPECT_EQ(error(std::string(kMinimal) + "\n[[optimizer.groups]]\nlr = 0.1\n"),
+            at(7, 1) + "optimizer.groups[0] has no 'match': every [[optimizer.groups]] entry sets it (glob patterns "
+                       "over the parameter names the model reports (`*` any run of characters, dots included; `?` "
+                       "one; `[abc]` one of); each must match a parameter)");
+  EXPECT_EQ(error(std::string(kMinimal) + "\n[[optimizer.groups]]\nmatch = []\n"),
+            at(8, 9) + "optimizer.groups[0].match must list at least one pattern, e.g. [\"*.bias\"]");
+  EXPECT_EQ(error(std::string(kMinimal) + "\n[[optimizer.groups]]\nmatch = \"*.bias\"\n"),
+            at(8, 9) + "optimizer.groups[0].match must be an array of glob patterns, e.g. [\"*.bias\"], not a string");
+}
+
+TEST_F(ManifestTest, AGroupOptionTheOptimizerDoesNotTakeIsRefused) {
+  EXPECT_EQ(error(std::string(kMinimal) + "\n[optimizer]\nname = \"adam\"\n\n[[optimizer.groups]]\nmatch = [\"*\"]\n"
+                                          "momentum = 0.9\n"),
+            at(12, 1) + "optimizer.groups[0].momentum: adam takes no momentum (the options it takes: lr, "
+                        "weight_decay, betas, eps)");
+}
+
+TEST_F(ManifestTest, GroupsMustBeAnArrayOfTables) {
+  EXPECT_EQ(error(std::string(kMinimal) + "\n[optimizer.groups]\nmatch = [\"*\"]\n"),
+            at(7, 1) + "optimizer.groups must be an array of tables, not a table (write each entry as a "
+                       "[[optimizer.groups]] table)");
+}
+
+TEST_F(ManifestTest, AGroupKeyInOptimizerPointsToTheGroups) {
+  EXPECT_EQ(error(std::string(kMinimal) + "\n[optimizer]\nmatch = [\"*.bias\"]\n"),
+            at(8, 1) + "unknown key 'match' in [optimizer] (it belongs in [[optimizer.groups]])");
+}
+
+TEST_F(ManifestTest, AdagradTakesTorchsEpsUnlessOneIsSet) {
+  EXPECT_DOUBLE_EQ(load(kMinimal, {"optimizer.name=adagrad"}).optimizer.eps, 1e-10);
+  EXPECT_DOUBLE_EQ(load(kMinimal, {"optimizer.name=adagrad", "optimizer.eps=1e-6"}).optimizer.eps, 1e-6);
+  EXPECT_DOUBLE_EQ(load(kMinimal, {"optimizer.name=rmsprop"}).optimizer.eps, 1e-8);
+}
+
+}  // namespace
+}  // namespace kiln

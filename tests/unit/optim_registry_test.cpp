@@ -14,6 +14,7 @@
 
 #include "config/manifest_schema.hpp"
 #include "train/optim.hpp"
+#include "train/param_groups.hpp"
 
 namespace kiln {
 namespace {
@@ -63,7 +64,9 @@ TEST_P(OptimizerRoundTrip, StateSurvivesSaveAndLoad) {
   OptimizerConfig config;
   config.name = GetParam();
   config.lr = 0.1;
-  config.momentum = 0.9;  // sgd: a momentum buffer to carry
+  config.momentum = 0.9;    // sgd, rmsprop: a momentum buffer to carry
+  config.centered = true;   // rmsprop: grad_avg too
+  config.lr_decay = 0.01;   // adagrad: the step matters
   std::vector<at::Tensor> original = {torch::randn({3, 2}).requires_grad_(), torch::randn({2}).requires_grad_()};
   auto loss_of = [](const std::vector<at::Tensor>& p) { return (p[0].sum(1) * p[1].sum() + p[0].pow(2).sum()).sum(); };
 
@@ -78,7 +81,7 @@ TEST_P(OptimizerRoundTrip, StateSurvivesSaveAndLoad) {
 
   std::vector<at::Tensor> copy;
   for (const auto& p : original) copy.push_back(p.detach().clone().requires_grad_());
-  auto resumed = entry.build(config, copy);
+  auto resumed = make_optimizer(config, copy);
   for (std::size_t i = 0; i < original.size(); ++i) {
     const auto& state = *trained->state().at(optimizer_state_key(original[i]));
     const ParamStateFields fields = entry.save_state(state);
@@ -102,6 +105,46 @@ TEST_P(OptimizerRoundTrip, StateSurvivesSaveAndLoad) {
     optimizer->step();
   }
   for (std::size_t i = 0; i < original.size(); ++i) EXPECT_TRUE(torch::equal(original[i], copy[i])) << i;
+}
+
+// Two groups, each with its own options: torch steps each group with them.
+TEST(OptimizerGroups, EachGroupStepsWithItsOwnOptions) {
+  OptimizerConfig config;
+  config.name = OptimizerName::sgd;
+  config.lr = 0.1;
+  OptimizerGroupConfig slow;
+  slow.match = {"b"};
+  slow.lr = 0.01;
+  config.groups = {slow};
+  std::vector<at::Tensor> params = {torch::ones({2}).requires_grad_(), torch::ones({2}).requires_grad_()};
+  const auto groups = plan_param_groups(config, {"a", "b"}, {true, true}, "m");
+  auto optimizer = make_optimizer(config, groups, params);
+  ASSERT_EQ(optimizer->param_groups().size(), 2u);
+  EXPECT_DOUBLE_EQ(optimizer->param_groups()[0].options().get_lr(), 0.1);
+  EXPECT_DOUBLE_EQ(optimizer->param_groups()[1].options().get_lr(), 0.01);
+  (params[0].sum() + params[1].sum()).backward();  // gradient 1 everywhere
+  optimizer->step();
+  EXPECT_TRUE(torch::allclose(params[0], torch::full({2}, 0.9)));
+  EXPECT_TRUE(torch::allclose(params[1], torch::full({2}, 0.99)));
+}
+
+// LibTorch's Adagrad fills every sum with the defaults' value; a group's own
+// initial_accumulator_value is what torch.optim.Adagrad uses.
+TEST(OptimizerGroups, AdagradStartsEachGroupFromItsOwnAccumulator) {
+  OptimizerConfig config;
+  config.name = OptimizerName::adagrad;
+  config.initial_accumulator_value = 0.5;
+  OptimizerGroupConfig g;
+  g.match = {"b"};
+  g.initial_accumulator_value = 2.0;
+  config.groups = {g};
+  std::vector<at::Tensor> params = {torch::ones({2}).requires_grad_(), torch::ones({3}).requires_grad_()};
+  auto optimizer = make_optimizer(config, plan_param_groups(config, {"a", "b"}, {true, true}, "m"), params);
+  auto sum_of = [&](const at::Tensor& p) {
+    return static_cast<torch::optim::AdagradParamState&>(*optimizer->state().at(optimizer_state_key(p))).sum();
+  };
+  EXPECT_TRUE(torch::equal(sum_of(params[0]), torch::full({2}, 0.5)));
+  EXPECT_TRUE(torch::equal(sum_of(params[1]), torch::full({3}, 2.0)));
 }
 
 std::vector<OptimizerName> every_optimizer_name() {

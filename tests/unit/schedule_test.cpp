@@ -55,5 +55,28 @@ TEST(LrSchedule, AppliesToTheOptimizer) {
   EXPECT_NEAR(optimizer->param_groups()[0].options().get_lr(), 0.01, 1e-15);
 }
 
+// Each group is scheduled from its own base rate, as torch's schedulers do
+// from each group's initial_lr; cosine's floor is shared.
+TEST(LrSchedule, ScalesEachGroupFromItsOwnBaseRate) {
+  SchedulerConfig c;
+  c.name = SchedulerName::cosine;
+  c.eta_min = 0.0;
+  LrSchedule s(c, std::vector<double>{1.0, 0.1}, 10);
+  auto a = torch::zeros({2}, torch::requires_grad());
+  auto b = torch::zeros({2}, torch::requires_grad());
+  OptimizerConfig oc;
+  oc.name = OptimizerName::sgd;
+  oc.lr = 1.0;
+  OptimizerGroupConfig g;
+  g.match = {"b"};
+  g.lr = 0.1;
+  oc.groups = {g};
+  auto optimizer = make_optimizer(oc, plan_param_groups(oc, {"a", "b"}, {true, true}, "m"), {a, b});
+  s.apply(*optimizer, 5);  // half way: each rate halved
+  EXPECT_NEAR(optimizer->param_groups()[0].options().get_lr(), 0.5, 1e-12);
+  EXPECT_NEAR(optimizer->param_groups()[1].options().get_lr(), 0.05, 1e-12);
+  EXPECT_NEAR(s.lr(5, 1), 0.05, 1e-12);
+}
+
 }  // namespace
 }  // namespace kiln
