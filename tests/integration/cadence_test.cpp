@@ -12,14 +12,6 @@
 namespace kiln::test {
 namespace {
 
-constexpr auto kTimeout = std::chrono::seconds(300);
-
-ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"fit", manifest.string()};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return kiln(args, {.timeout = kTimeout});
-}
-
 std::filesystem::path manifest(const TempDir& dir, const std::string& trainer_lines, const std::string& checkpoint) {
   const std::string text = "[run]\nname = \"cadence\"\ndir = \"" + (dir / "run").string() +
                            "\"\nseed = 3\nthreads = 1\ndeterministic = true\n\n[model]\npath = \"kiln_mlp\"\n"
@@ -46,14 +38,14 @@ std::vector<int64_t> steps_done(const std::string& output) {
 TEST(MaxTime, StopsAtAStepBoundaryWithACheckpointThatResumes) {
   TempDir dir;
   const auto m = manifest(dir, "max_epochs = -1\nmax_time = \"00:00:02\"", "\n[checkpoint]\nevery_n_epochs = 1\n");
-  const ProcessResult r = fit(m);
+  const ProcessResult r = kiln_fit(m);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("stopping: max_time=00:00:02 reached (step "), std::string::npos) << r.output;
   const std::vector<int64_t> done = steps_done(r.output);
   ASSERT_EQ(done.size(), 1u) << r.output;
   // The checkpoint is where the fit stopped, whether inside an epoch or at its end.
   EXPECT_EQ(last_step(dir), done[0]);
-  const ProcessResult resumed = fit(m, {"--resume", "last", "--set", "trainer.max_time=\"\"", "--set",
+  const ProcessResult resumed = kiln_fit(m, {"--resume", "last", "--set", "trainer.max_time=\"\"", "--set",
                                         "trainer.max_steps=" + std::to_string(done[0] + 3)});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
@@ -64,7 +56,7 @@ TEST(MaxTime, StopsAtAStepBoundaryWithACheckpointThatResumes) {
 TEST(MaxTime, TwoProcessesStopTogetherAtTheSameStep) {
   TempDir dir;
   const auto m = manifest(dir, "max_epochs = -1\nmax_time = \"00:00:03\"", "\n[checkpoint]\nevery_n_epochs = 1\n");
-  const ProcessResult r = fit(m, {"-n", "2"});
+  const ProcessResult r = kiln_fit(m, {"-n", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::vector<int64_t> done = steps_done(r.output);
   // Rank 0 reports. A rank that stopped alone would have left the other
@@ -76,7 +68,7 @@ TEST(MaxTime, TwoProcessesStopTogetherAtTheSameStep) {
 
 TEST(MaxTime, WithoutCheckpointsItStopsAndWritesNone) {
   TempDir dir;
-  const ProcessResult r = fit(manifest(dir, "max_epochs = -1\nmax_time = \"00:00:01\"", ""));
+  const ProcessResult r = kiln_fit(manifest(dir, "max_epochs = -1\nmax_time = \"00:00:01\"", ""));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(steps_done(r.output).size(), 1u) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "run" / "checkpoints"));
@@ -84,7 +76,7 @@ TEST(MaxTime, WithoutCheckpointsItStopsAndWritesNone) {
 
 TEST(ValCheckInterval, ValidatesInsideEpochsWithARowAtEachStep) {
   TempDir dir;
-  ASSERT_EQ(fit(manifest(dir, "max_epochs = 2\nval_check_interval = 0.25", "")).exit_code, 0);
+  ASSERT_EQ(kiln_fit(manifest(dir, "max_epochs = 2\nval_check_interval = 0.25", "")).exit_code, 0);
   // 32 batches an epoch: after batches 8, 16, 24 and at each epoch's end.
   std::vector<double> val_steps;
   for (const auto& row : read_metrics(dir / "run" / "metrics.csv"))
@@ -96,11 +88,11 @@ TEST(ValCheckInterval, ResumeFromAMidEpochCheckpointIsExact) {
   TempDir straight, interrupted;
   const std::string trainer = "max_epochs = 3\nval_check_interval = 10";
   const std::string checkpoint = "\n[checkpoint]\nevery_n_epochs = 1\nevery_n_steps = 5\n";
-  ASSERT_EQ(fit(manifest(straight, trainer, checkpoint)).exit_code, 0);
+  ASSERT_EQ(kiln_fit(manifest(straight, trainer, checkpoint)).exit_code, 0);
   const auto m = manifest(interrupted, trainer, checkpoint);
-  const ProcessResult first = fit(m, {"--set", "trainer.max_steps=45"});  // epoch 1, batch 13
+  const ProcessResult first = kiln_fit(m, {"--set", "trainer.max_steps=45"});  // epoch 1, batch 13
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  const ProcessResult resumed = fit(m, {"--resume", "last"});
+  const ProcessResult resumed = kiln_fit(m, {"--resume", "last"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   auto rows_a = read_metrics(straight / "run" / "metrics.csv");
   auto rows_b = read_metrics(interrupted / "run" / "metrics.csv");

@@ -17,12 +17,6 @@ namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(300);
 
-ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"fit", manifest.string()};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return kiln(args, {.timeout = kTimeout});
-}
-
 // A deterministic run with dropout (so the host RNG matters) and checkpoints.
 std::filesystem::path ckpt_manifest(const TempDir& dir, const std::string& checkpoint_lines,
                                     const std::string& model_extra = "dropout = 0.2") {
@@ -49,12 +43,12 @@ std::map<std::string, std::string> sections(const std::filesystem::path& file, c
 
 TEST(Checkpoint, ResumeFromAMidEpochStepIsBitwiseIdentical) {
   TempDir straight, interrupted;
-  ASSERT_EQ(fit(ckpt_manifest(straight, "every_n_epochs = 1")).exit_code, 0);
+  ASSERT_EQ(kiln_fit(ckpt_manifest(straight, "every_n_epochs = 1")).exit_code, 0);
   // 32 steps an epoch: stop at step 45, in the middle of epoch 1, then resume.
   const auto m = ckpt_manifest(interrupted, "every_n_epochs = 1\nevery_n_steps = 5\nsave_top_k = 1");
-  auto first = fit(m, {"--set", "trainer.max_steps=45"});
+  auto first = kiln_fit(m, {"--set", "trainer.max_steps=45"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  auto resumed = fit(m, {"--resume", "last"});
+  auto resumed = kiln_fit(m, {"--resume", "last"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos);
   EXPECT_NE(resumed.output.find("epoch 1, batch 13, step 45"), std::string::npos) << resumed.output;
@@ -76,10 +70,10 @@ TEST(Checkpoint, ResumeFromAMidEpochStepIsBitwiseIdentical) {
 
 TEST(Checkpoint, ResumeFromAnEpochCheckpointIsBitwiseIdentical) {
   TempDir straight, interrupted;
-  ASSERT_EQ(fit(ckpt_manifest(straight, "every_n_epochs = 1")).exit_code, 0);
+  ASSERT_EQ(kiln_fit(ckpt_manifest(straight, "every_n_epochs = 1")).exit_code, 0);
   const auto m = ckpt_manifest(interrupted, "every_n_epochs = 1");
-  ASSERT_EQ(fit(m, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
-  auto resumed = fit(m, {"--resume", (ckpt_dir(interrupted) / "epoch=0001-step=000000032.ckpt").string()});
+  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
+  auto resumed = kiln_fit(m, {"--resume", (ckpt_dir(interrupted) / "epoch=0001-step=000000032.ckpt").string()});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_TRUE(sections(ckpt_dir(straight) / "last.ckpt", "param/") ==
               sections(ckpt_dir(interrupted) / "last.ckpt", "param/"));
@@ -89,7 +83,7 @@ class BadCheckpoint : public testing::Test {
  protected:
   void SetUp() override {
     m_ = ckpt_manifest(dir_, "every_n_epochs = 1");
-    ASSERT_EQ(fit(m_, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
+    ASSERT_EQ(kiln_fit(m_, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
     good_ = ckpt_dir(dir_) / "last.ckpt";
   }
   // Resumes from `file`: exit 2 and one line containing `expected`.
@@ -97,7 +91,7 @@ class BadCheckpoint : public testing::Test {
                       std::vector<std::string> extra = {}) {
     std::vector<std::string> args{"--resume", file.string()};
     args.insert(args.end(), extra.begin(), extra.end());
-    const ProcessResult r = fit(m_, args);
+    const ProcessResult r = kiln_fit(m_, args);
     EXPECT_EQ(r.exit_code, 2) << r.output;
     const auto at = r.output.find("kiln: error: ");
     ASSERT_NE(at, std::string::npos) << r.output;
@@ -140,7 +134,7 @@ TEST_F(BadCheckpoint, ResumeLastFallsBackToTheNewestValidCheckpoint) {
   bytes[bytes.size() - 20] ^= 0x01;
   std::filesystem::remove(good_);  // last.ckpt is a hard link: replace, don't write through
   write_file(good_, bytes);
-  const ProcessResult r = fit(m_, {"--resume", "last"});
+  const ProcessResult r = kiln_fit(m_, {"--resume", "last"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("last.ckpt is missing or invalid; using"), std::string::npos) << r.output;
 }
@@ -148,7 +142,7 @@ TEST_F(BadCheckpoint, ResumeLastFallsBackToTheNewestValidCheckpoint) {
 TEST(Checkpoint, TestEvaluatesTheCheckpointsWeights) {
   TempDir dir;
   const auto m = ckpt_manifest(dir, "every_n_epochs = 1");
-  ASSERT_EQ(fit(m, {"--set", "trainer.test_after_fit=true"}).exit_code, 0);
+  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.test_after_fit=true"}).exit_code, 0);
   const double trained = last_value(read_metrics(dir / "run" / "metrics.csv"), "test/acc");
   ASSERT_EQ(kiln({"test", m.string(), "--set", "run.dir=" + (dir / "fresh").string()}, {.timeout = kTimeout}).exit_code, 0);
   const double fresh = last_value(read_metrics(dir / "fresh" / "metrics.csv"), "test/acc");
@@ -163,7 +157,7 @@ TEST(Checkpoint, TestEvaluatesTheCheckpointsWeights) {
 TEST(Checkpoint, TopKKeepsTheBestByTheMonitorAndLast) {
   TempDir dir;
   const auto m = ckpt_manifest(dir, "every_n_epochs = 1\nmonitor = \"val/loss\"\nmode = \"min\"\nsave_top_k = 2");
-  ASSERT_EQ(fit(m, {"--set", "trainer.max_epochs=5"}).exit_code, 0);
+  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_epochs=5"}).exit_code, 0);
   std::vector<std::pair<double, int64_t>> by_loss;  // (val/loss, step) of every epoch
   for (const auto& row : read_metrics(dir / "run" / "metrics.csv"))
     if (row.count("val/loss")) by_loss.emplace_back(row.at("val/loss"), static_cast<int64_t>(row.at("step")));
@@ -182,7 +176,7 @@ TEST(Checkpoint, TopKKeepsTheBestByTheMonitorAndLast) {
 
   // --resume best picks the lowest val/loss among them.
   const int64_t best_step = by_loss[0].second;
-  const ProcessResult r = fit(m, {"--resume", "best", "--set", "trainer.max_epochs=6"});
+  const ProcessResult r = kiln_fit(m, {"--resume", "best", "--set", "trainer.max_epochs=6"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("step " + std::to_string(best_step)), std::string::npos) << r.output;
 }
@@ -226,7 +220,7 @@ TEST(CheckpointCrash, SigkillDuringWritesLeavesOnlyCommittedCheckpoints) {
   // Resume from what the last kill left: one more step, then a clean exit.
   ASSERT_TRUE(std::filesystem::exists(ckpt_dir(dir) / "last.ckpt")) << "no trial ever committed a checkpoint";
   const int64_t step = read_meta(CheckpointFile::read(ckpt_dir(dir) / "last.ckpt")).position.global_step;
-  const ProcessResult r = fit(m, {"--resume", "last", "--set", "trainer.max_steps=" + std::to_string(step + 1), "--set",
+  const ProcessResult r = kiln_fit(m, {"--resume", "last", "--set", "trainer.max_steps=" + std::to_string(step + 1), "--set",
                                   "trainer.max_epochs=1000"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
@@ -241,7 +235,7 @@ class FaultPoint : public testing::TestWithParam<const char*> {};
 TEST_P(FaultPoint, KilledAtThePointLeavesThePreviousCheckpointsIntact) {
   TempDir dir;
   const auto m = ckpt_manifest(dir, "every_n_steps = 10\nsave_top_k = 1");
-  ASSERT_EQ(fit(m, {"--set", "trainer.max_steps=10"}).exit_code, 0);  // one committed checkpoint
+  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_steps=10"}).exit_code, 0);  // one committed checkpoint
   const std::string before = read_file(ckpt_dir(dir) / "last.ckpt");
   const ProcessResult r = kiln({"fit", m.string(), "--resume", "last"},
                                {.env = {{"KILN_FAULT_INJECT", GetParam()}}, .timeout = kTimeout});
@@ -252,7 +246,7 @@ TEST_P(FaultPoint, KilledAtThePointLeavesThePreviousCheckpointsIntact) {
   }
   // The next run resumes from step 10 and commits step 20 again, whether or
   // not the killed run got that far: it must end with exactly that and last.
-  const ProcessResult again = fit(m, {"--resume", "last", "--set", "trainer.max_steps=20"});
+  const ProcessResult again = kiln_fit(m, {"--resume", "last", "--set", "trainer.max_steps=20"});
   EXPECT_EQ(again.exit_code, 0) << again.output;
   std::set<std::string> present;
   for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) present.insert(e.path().filename());
@@ -276,7 +270,7 @@ TEST(Preemption, SigtermCommitsACheckpointAndExits75ThenResumeContinues) {
   EXPECT_EQ(r.exit_code, 75) << r.output;
   EXPECT_NE(r.output.find("preempted by SIGTERM; checkpoint committed"), std::string::npos) << r.output;
   const int64_t step = read_meta(CheckpointFile::read(ckpt_dir(dir) / "last.ckpt")).position.global_step;
-  const ProcessResult resumed = fit(m, {"--resume", "last", "--set", "trainer.max_epochs=100000", "--set",
+  const ProcessResult resumed = kiln_fit(m, {"--resume", "last", "--set", "trainer.max_epochs=100000", "--set",
                                         "trainer.max_steps=" + std::to_string(step + 5)});
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("step " + std::to_string(step)), std::string::npos) << resumed.output;
@@ -291,7 +285,7 @@ TEST(Preemption, TwoProcessesAgreeCheckpointAndResume) {
   EXPECT_EQ(r.exit_code, 75) << r.output;
   EXPECT_NE(r.output.find("preempted by SIGUSR1; checkpoint committed"), std::string::npos) << r.output;
   const int64_t step = read_meta(CheckpointFile::read(ckpt_dir(dir) / "last.ckpt")).position.global_step;
-  const ProcessResult resumed = fit(m, {"-n", "2", "--resume", "last", "--set", "trainer.max_epochs=100000", "--set",
+  const ProcessResult resumed = kiln_fit(m, {"-n", "2", "--resume", "last", "--set", "trainer.max_epochs=100000", "--set",
                                         "trainer.max_steps=" + std::to_string(step + 4)});
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
 }

@@ -44,6 +44,14 @@ inline void erase_timings(std::map<std::string, double>& row) {
   for (const char* column : {"epoch_seconds", "train/samples_per_sec", "train/step_time"}) row.erase(column);
 }
 
+// `kiln fit MANIFEST EXTRA...`; the timeout is a bound against hangs.
+inline ProcessResult kiln_fit(const std::filesystem::path& manifest, std::vector<std::string> extra = {},
+                              std::chrono::seconds timeout = std::chrono::seconds(300)) {
+  std::vector<std::string> args{"fit", manifest.string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return kiln(args, {.timeout = timeout});
+}
+
 // The last row that has `column`.
 inline double last_value(const std::vector<std::map<std::string, double>>& rows, const std::string& column) {
   for (auto it = rows.rbegin(); it != rows.rend(); ++it)

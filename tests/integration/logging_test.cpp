@@ -18,12 +18,6 @@ namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(300);
 
-ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"fit", manifest.string()};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return kiln(args, {.timeout = kTimeout});
-}
-
 const char* kAllLoggers = "\n[logging]\nloggers = [\"csv\", \"jsonl\", \"tensorboard\"]\n";
 
 // One scalar as TensorBoard's reader sees it.
@@ -103,7 +97,7 @@ TEST(Logging, TensorBoardsReaderFindsEveryScalarWhereMetricsCsvAndJsonlPutIt) {
   TempDir dir;
   // 3 epochs of 32 steps, a per-step cosine schedule: the rate changes every step.
   const auto m = synthetic_manifest(dir, std::string("\n[scheduler]\nname = \"cosine\"\ninterval = \"step\"\n") + kAllLoggers);
-  const ProcessResult r = fit(m, {"--set", "trainer.log_every_n_steps=5"});
+  const ProcessResult r = kiln_fit(m, {"--set", "trainer.log_every_n_steps=5"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   const auto csv = read_metrics(dir / "run" / "metrics.csv");
@@ -181,12 +175,12 @@ std::vector<std::string> jsonl_rows(const std::filesystem::path& file) {
 TEST(Logging, AResumedRunContinuesEveryFileWithEachStepOnce) {
   KILN_REQUIRE_CHECK_PYTHON();
   TempDir straight, killed;
-  const ProcessResult s = fit(hanging_manifest(straight, ""));
+  const ProcessResult s = kiln_fit(hanging_manifest(straight, ""));
   ASSERT_EQ(s.exit_code, 0) << s.output;
 
   const auto m = hanging_manifest(killed, "hang_on_rank = 0\nhang_after = 17");
   {
-    BackgroundRun run(killed, [&] { return fit(m); });
+    BackgroundRun run(killed, [&] { return kiln_fit(m); });
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(120 * timeout_scale());
     while (read_file(killed / "calls.log").find("model:training_step hangs") == std::string::npos &&
            std::chrono::steady_clock::now() < deadline)
@@ -198,7 +192,7 @@ TEST(Logging, AResumedRunContinuesEveryFileWithEachStepOnce) {
   // Rows the checkpoint (step 15) never saw are in the files now.
   const auto before = jsonl_rows(killed / "run" / "metrics.jsonl");
   EXPECT_EQ(before.back(), "epoch 16");
-  const ProcessResult resumed = fit(m, {"--resume", "last", "--set", "model.hang_on_rank=-1"});
+  const ProcessResult resumed = kiln_fit(m, {"--resume", "last", "--set", "model.hang_on_rank=-1"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("step 15"), std::string::npos) << resumed.output;
 
@@ -244,14 +238,14 @@ TEST(Logging, WithTwoProcessesOnlyRankZeroWrites) {
 
 TEST(Logging, TheDefaultIsMetricsCsvAloneAndAnEmptyListWritesNoMetricsFile) {
   TempDir plain, none;
-  ASSERT_EQ(fit(synthetic_manifest(plain)).exit_code, 0);
+  ASSERT_EQ(kiln_fit(synthetic_manifest(plain)).exit_code, 0);
   EXPECT_TRUE(std::filesystem::exists(plain / "run" / "metrics.csv"));
   EXPECT_FALSE(std::filesystem::exists(plain / "run" / "metrics.jsonl"));
   EXPECT_FALSE(std::filesystem::exists(plain / "run" / "events.out.tfevents.kiln"));
   const auto rows = read_metrics(plain / "run" / "metrics.csv");
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].at("lr-Adam"), 0.01);
-  ASSERT_EQ(fit(synthetic_manifest(none, "\n[logging]\nloggers = []\n")).exit_code, 0);
+  ASSERT_EQ(kiln_fit(synthetic_manifest(none, "\n[logging]\nloggers = []\n")).exit_code, 0);
   EXPECT_FALSE(std::filesystem::exists(none / "run" / "metrics.csv"));
   EXPECT_FALSE(std::filesystem::exists(none / "run" / "metrics.jsonl"));
 }

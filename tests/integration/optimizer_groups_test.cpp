@@ -14,14 +14,6 @@
 namespace kiln::test {
 namespace {
 
-constexpr auto kTimeout = std::chrono::seconds(300);
-
-ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"fit", manifest.string()};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return kiln(args, {.timeout = kTimeout});
-}
-
 // A deterministic run of the MLP (fc1.weight, fc1.bias, fc2.weight,
 // fc2.bias) with checkpoints; `optimizer` is the [optimizer] table's lines
 // and any [[optimizer.groups]] after it.
@@ -57,10 +49,10 @@ std::string section(const std::filesystem::path& file, const std::string& name) 
 TEST(OptimizerGroups, AGroupsLearningRateReachesOnlyItsParameters) {
   TempDir grouped, frozen;
   const ProcessResult a =
-      fit(groups_manifest(grouped, "name = \"sgd\"\nlr = 0.5\n\n[[optimizer.groups]]\nmatch = [\"fc1.*\"]\nlr = 1e-30"));
+      kiln_fit(groups_manifest(grouped, "name = \"sgd\"\nlr = 0.5\n\n[[optimizer.groups]]\nmatch = [\"fc1.*\"]\nlr = 1e-30"));
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_NE(a.output.find("parameter group optimizer.groups[0]: 2 tensors"), std::string::npos) << a.output;
-  ASSERT_EQ(fit(groups_manifest(frozen, "name = \"sgd\"\nlr = 1e-30")).exit_code, 0);
+  ASSERT_EQ(kiln_fit(groups_manifest(frozen, "name = \"sgd\"\nlr = 1e-30")).exit_code, 0);
   const auto g = last_checkpoint(grouped), f = last_checkpoint(frozen);
   EXPECT_EQ(section(g, "param/fc1.weight"), section(f, "param/fc1.weight"));
   EXPECT_EQ(section(g, "param/fc1.bias"), section(f, "param/fc1.bias"));
@@ -72,10 +64,10 @@ TEST(OptimizerGroups, AGroupsLearningRateReachesOnlyItsParameters) {
 TEST(OptimizerGroups, NoDecayOnBiasesChangesThemAndTheCheckpointNamesTheGroups) {
   TempDir grouped, plain;
   const std::string decayed = "name = \"adamw\"\nlr = 0.01\nweight_decay = 0.5";
-  ASSERT_EQ(fit(groups_manifest(grouped, decayed + "\n\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decay = 0.0"))
+  ASSERT_EQ(kiln_fit(groups_manifest(grouped, decayed + "\n\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decay = 0.0"))
                 .exit_code,
             0);
-  ASSERT_EQ(fit(groups_manifest(plain, decayed)).exit_code, 0);
+  ASSERT_EQ(kiln_fit(groups_manifest(plain, decayed)).exit_code, 0);
   const auto g = last_checkpoint(grouped), p = last_checkpoint(plain);
   EXPECT_NE(section(g, "param/fc1.bias"), section(p, "param/fc1.bias"));
   EXPECT_NE(section(g, "param/fc2.bias"), section(p, "param/fc2.bias"));
@@ -103,11 +95,11 @@ class ResumeExactly : public testing::TestWithParam<OptimizerCase> {};
 
 TEST_P(ResumeExactly, InterruptedAndResumedEqualsStraight) {
   TempDir straight, interrupted;
-  ASSERT_EQ(fit(groups_manifest(straight, GetParam().optimizer)).exit_code, 0);
+  ASSERT_EQ(kiln_fit(groups_manifest(straight, GetParam().optimizer)).exit_code, 0);
   const auto m = groups_manifest(interrupted, GetParam().optimizer, "every_n_epochs = 1\nevery_n_steps = 5");
-  const ProcessResult first = fit(m, {"--set", "trainer.max_steps=45"});
+  const ProcessResult first = kiln_fit(m, {"--set", "trainer.max_steps=45"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  const ProcessResult resumed = fit(m, {"--resume", "last"});
+  const ProcessResult resumed = kiln_fit(m, {"--resume", "last"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("epoch 1, batch 13, step 45"), std::string::npos) << resumed.output;
   const auto a = last_checkpoint(straight), b = last_checkpoint(interrupted);
@@ -137,9 +129,9 @@ TEST(OptimizerGroups, ResumeWithDifferentGroupOptionsIsRefused) {
   const std::string optimizer = "name = \"adamw\"\nlr = 0.01\n\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\n"
                                 "weight_decay = 0.0";
   const auto m = groups_manifest(dir, optimizer);
-  ASSERT_EQ(fit(m, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
+  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
   const std::string before = read_file(dir / "run" / "metrics.csv");
-  const ProcessResult r = fit(m, {"--resume", "last", "--set", "optimizer.groups[0].weight_decay=0.1"});
+  const ProcessResult r = kiln_fit(m, {"--resume", "last", "--set", "optimizer.groups[0].weight_decay=0.1"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("last.ckpt: the optimizer differs from the checkpointed run's: "
                           "optimizer.groups[0].weight_decay is 0.0 in the checkpoint but 0.1 in the manifest"),
