@@ -5,7 +5,9 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <torch/serialize.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_meta.hpp"
@@ -56,11 +58,28 @@ std::string safetensors_bytes(const CheckpointFile& file, const std::vector<std:
   return safetensors_file(entries, metadata);
 }
 
+// torch.save's zip archive of a plain dict. LibTorch's pickle_save tags a
+// typed dict with torch.jit._pickle.restore_type_tag, a global that
+// torch.load refuses by default since PyTorch 2.6 (weights_only=True); an
+// untagged dict of tensors is what torch.save writes and every torch.load
+// takes.
 std::string pt_bytes(const std::vector<std::pair<std::string, at::Tensor>>& w) {
-  c10::Dict<std::string, at::Tensor> dict;
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
   for (const auto& [name, t] : w) dict.insert(name, t);
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
-  return std::string(bytes.data(), bytes.size());
+  std::string pickle;
+  torch::jit::Pickler pickler([&](const char* data, size_t size) { pickle.append(data, size); }, nullptr, nullptr,
+                              nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::string archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+    archive.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return archive;
 }
 
 }  // namespace

@@ -47,7 +47,9 @@ if fmt == "safetensors":
         meta = f.metadata()
     assert meta["format"] == "pt" and int(meta["global_step"]) == 8, meta
 else:
-    state = torch.load(weights_file)
+    # What torch.load does by default since PyTorch 2.6 (and 1.13 can be
+    # asked for): only plain containers of tensors, no other globals.
+    state = torch.load(weights_file, weights_only=True)
     assert isinstance(state, dict), type(state)
 class Mlp(torch.nn.Module):
     def __init__(self):
@@ -63,7 +65,7 @@ with gzip.open(root + "/t10k-images-idx3-ubyte.gz", "rb") as f:
 x = torch.from_numpy(images.astype(np.float32)) / 255.0
 with torch.no_grad():
     ours = torch.softmax(model(x), dim=1)
-theirs = torch.load(predictions_file)
+theirs = torch.load(predictions_file, weights_only=True)
 assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
 diff = (ours - theirs).abs().max().item()
 assert diff <= 1e-5, diff
