@@ -15,7 +15,7 @@
 
 #include "config/duration.hpp"
 #include "kiln/detail/suggest.hpp"
-#include "metrics/loggers.hpp"
+#include "metrics/logger_names.hpp"
 
 namespace kiln {
 
@@ -432,7 +432,7 @@ std::vector<TableSchema> declare_schema() {
   logging.key("loggers", &LoggingConfig::loggers,
               "metrics.csv (epoch rows), metrics.jsonl and TensorBoard's events.out.tfevents.kiln (step and epoch "
               "rows), in the run directory; [] = none")
-      .choices(Loggers::known_names());
+      .choices(logger_names());
   tables.push_back(logging.done());
 
   return tables;

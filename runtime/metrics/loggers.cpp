@@ -5,16 +5,14 @@
 
 #include "metrics/csv_logger.hpp"
 #include "metrics/jsonl_logger.hpp"
+#include "metrics/logger_names.hpp"
 #include "metrics/tensorboard_logger.hpp"
 
 namespace kiln {
 
 const char* kind_name(LogRow::Kind kind) { return kind == LogRow::Kind::step ? "step" : "epoch"; }
 
-const std::vector<std::string>& Loggers::known_names() {
-  static const std::vector<std::string> names{"csv", "jsonl", "tensorboard"};
-  return names;
-}
+const std::vector<std::string>& Loggers::known_names() { return logger_names(); }
 
 Loggers::Loggers(const std::vector<std::string>& names, const std::filesystem::path& run_dir) {
   for (const auto& name : names) {
