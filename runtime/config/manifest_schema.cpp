@@ -419,6 +419,11 @@ std::vector<TableSchema> declare_schema() {
   distributed.key("processes", &DistributedConfig::processes, "worker processes kiln starts on this machine")
       .at_least(1);
   distributed.key("backend", &DistributedConfig::backend, "the process group; auto: nccl on CUDA, gloo on CPU");
+  distributed.key("intra_host", &DistributedConfig::intra_host,
+                  "CPU gradients between ranks of one host: shm = a shared-memory all-reduce, gloo = loopback TCP; "
+                  "auto: shm when every rank can map the segment");
+  distributed.key("gradient_compression", &DistributedConfig::gradient_compression,
+                  "the dtype gradients are all-reduced in (weights and optimizer stay float32)");
   distributed.key("timeout_s", &DistributedConfig::timeout_s, "seconds every collective and the rendezvous may take")
       .above(0.0);
   distributed.key("master_addr", &DistributedConfig::master_addr, "the rendezvous address kiln's workers use")

@@ -24,6 +24,12 @@ enum class SchedulerInterval { epoch, step };
 enum class MonitorMode { min, max };
 enum class PreemptSignal { sigterm, sigusr1, none };
 enum class DistributedBackend { automatic, gloo, nccl };
+// How ranks on one host reduce CPU gradients: through a shared-memory
+// segment (auto: when every rank maps it) or over the Gloo group.
+enum class IntraHost { automatic, shm, gloo };
+// The dtype gradients travel in (DDP's compression hooks); the optimizer
+// keeps float32.
+enum class GradientCompression { none, bf16, fp16 };
 // Lightning's names: full float32, bfloat16 autocast, float16 autocast with a
 // gradient scaler.
 enum class Precision { fp32, bf16_mixed, fp16_mixed };
@@ -66,6 +72,15 @@ struct OptionNames<PreemptSignal> {
 template <>
 struct OptionNames<DistributedBackend> {
   static constexpr std::array<const char*, 3> names{"auto", "gloo", "nccl"};
+};
+
+template <>
+struct OptionNames<IntraHost> {
+  static constexpr std::array<const char*, 3> names{"auto", "shm", "gloo"};
+};
+template <>
+struct OptionNames<GradientCompression> {
+  static constexpr std::array<const char*, 3> names{"none", "bf16", "fp16"};
 };
 
 template <>

@@ -6,11 +6,59 @@
 // reducer.hpp includes a distributed-autograd header Debian's 1.13 package
 // lacks; runtime/dist/stub provides the two declarations it needs there.
 #include <torch/csrc/distributed/c10d/reducer.hpp>
+
+#include "dist/shm_allreduce.hpp"
 #ifdef KILN_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
 namespace kiln::c10d_compat {
+
+namespace {
+
+#if TORCH_VERSION_MAJOR >= 2
+using ShmBase = c10d::Backend;  // 2.x: a ProcessGroup dispatches to per-device Backends
+#else
+using ShmBase = c10d::ProcessGroup;  // 1.13: a ProcessGroup implements the collectives itself
+#endif
+
+// The collective runs to completion inside allreduce() (the shared memory
+// needs no progress thread); the work it returns is already done.
+class ShmCollectives final : public ShmBase {
+ public:
+  explicit ShmCollectives(std::shared_ptr<ShmAllReduce> shm)
+      : ShmBase(shm->rank(), shm->ranks()), shm_(std::move(shm)) {}
+
+  const std::string getBackendName() const override { return "kiln-shm"; }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& options) override {
+    TORCH_CHECK(options.reduceOp == c10d::ReduceOp::SUM, "kiln's shared-memory group only sums");
+    for (at::Tensor& t : tensors) shm_->all_reduce_sum(t);
+    auto future = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    future->markCompleted(c10::IValue(tensors));
+    return c10d::Work::create_from_future(future);
+  }
+
+ private:
+  std::shared_ptr<ShmAllReduce> shm_;
+};
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::ProcessGroup> shm_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 std::shared_ptr<ShmAllReduce> shm) {
+  auto backend = c10::make_intrusive<ShmCollectives>(std::move(shm));
+#if TORCH_VERSION_MAJOR >= 2
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, backend->getRank(), backend->getSize());
+  group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::CUSTOM, backend);
+  group->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+  return group;
+#else
+  (void)store;
+  return backend;
+#endif
+}
 
 c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                   const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options) {

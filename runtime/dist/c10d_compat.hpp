@@ -18,12 +18,20 @@
 namespace c10d {
 class Reducer;
 }
+namespace kiln {
+class ShmAllReduce;
+}
 
 namespace kiln::c10d_compat {
 
 // A process group whose collectives run on Gloo (CPU tensors).
 c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                   const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options);
+
+// A process group whose only collective is the sum all-reduce of CPU
+// tensors, through `shm` (the ranks of one host): the DDP Reducer's group.
+c10::intrusive_ptr<c10d::ProcessGroup> shm_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 std::shared_ptr<ShmAllReduce> shm);
 
 #ifdef KILN_WITH_NCCL
 // A process group whose collectives run on NCCL (CUDA tensors).

@@ -1,20 +1,65 @@
 #include "dist/grad_sync.hpp"
 
+#include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
 #include "dist/c10d_compat.hpp"
 #include "dist/process_group.hpp"
+#include "util/errors.hpp"
 
 namespace kiln {
 
 namespace {
 constexpr size_t kBucketBytes = 25u << 20;       // DDP's default bucket_cap_mb = 25
 constexpr size_t kFirstBucketBytes = 1u << 20;   // DDP's first bucket: start reducing early
+
+// DDP's fp16_compress_hook / bf16_compress_hook: the bucket, divided by the
+// world size in float32 (no overflow in the sum), travels in `dtype` and is
+// written back into the float32 bucket.
+class CompressedAllReduce final : public c10d::CommHookInterface {
+ public:
+  CompressedAllReduce(c10::intrusive_ptr<c10d::ProcessGroup> group, at::ScalarType dtype)
+      : group_(std::move(group)), dtype_(dtype) {}
+
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    at::Tensor buffer = bucket.getBufferRef();
+    std::vector<at::Tensor> compressed{buffer.div(static_cast<double>(group_->getSize())).to(dtype_)};
+    auto reduced = group_->allreduce(compressed)->getFuture();
+    return reduced->then(
+        [buffer, compressed](c10::ivalue::Future& done) mutable {
+          (void)done.value();  // rethrows the all-reduce's failure
+          buffer.copy_(compressed[0]);
+          return c10::IValue(buffer);
+        },
+        c10::TensorType::get());
+  }
+
+  at::Tensor parseHookResult(const c10::IValue& result) override { return result.toTensor(); }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  at::ScalarType dtype_;
+};
+
 }  // namespace
 
 GradSync::GradSync(ProcessGroup& group, const std::vector<at::Tensor>& parameters,
-                   const std::vector<std::string>& names) {
-  reducer_ = c10d_compat::make_reducer(parameters, names, group.group(), kBucketBytes, kFirstBucketBytes);
+                   const std::vector<std::string>& names, GradientCompression compression) {
+  reducer_ =
+      c10d_compat::make_reducer(parameters, names, group.gradient_group(), kBucketBytes, kFirstBucketBytes);
+  if (compression == GradientCompression::none) return;
+  const at::ScalarType dtype = compression == GradientCompression::bf16 ? at::kBFloat16 : at::kHalf;
+  // Some Gloo builds cannot sum every dtype (Debian's LibTorch 1.13 sums no
+  // bfloat16): found out here, on every rank alike, not in the first backward.
+  try {
+    std::vector<at::Tensor> probe{at::zeros({1}, at::TensorOptions().dtype(dtype))};
+    group.gradient_group()->allreduce(probe)->wait();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("distributed.gradient_compression = \"" + option_name(compression) + "\": the " +
+                             group.gradient_transport() + " all-reduce of this LibTorch cannot sum " +
+                             c10::toString(dtype) + " (" + one_line(e.what()) + "); use \"fp16\" or \"none\"");
+  }
+  reducer_->register_comm_hook(std::make_unique<CompressedAllReduce>(group.gradient_group(), dtype));
 }
 
 GradSync::~GradSync() = default;

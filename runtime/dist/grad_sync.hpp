@@ -1,6 +1,10 @@
 // Gradient synchronisation with c10d's own DDP Reducer: gradients are
-// bucketed (25 MiB, the first bucket 1 MiB, as PyTorch's DDP) and all-reduced
-// while backward is still running, and averaged over ranks.
+// bucketed (25 MiB, the first 1 MiB, as PyTorch's DDP) and all-reduced
+// while backward is still running, and averaged over ranks. Between the ranks
+// of one host the Reducer's group is the shared-memory one when the process
+// group has it (ProcessGroup::gradient_group). With gradient compression the
+// buckets travel as bfloat16 or float16 (DDP's bf16/fp16 compression hooks):
+// half the bytes, each rank's contribution rounded once.
 #pragma once
 
 #include <memory>
@@ -8,6 +12,8 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+
+#include "config/options.hpp"
 
 namespace c10d {
 class Reducer;
@@ -21,7 +27,8 @@ class GradSync {
  public:
   // `parameters` are the trainable tensors (same order and shapes on every
   // rank; the start-up agreement has checked that).
-  GradSync(ProcessGroup& group, const std::vector<at::Tensor>& parameters, const std::vector<std::string>& names);
+  GradSync(ProcessGroup& group, const std::vector<at::Tensor>& parameters, const std::vector<std::string>& names,
+           GradientCompression compression = GradientCompression::none);
   ~GradSync();
 
   void before_forward();

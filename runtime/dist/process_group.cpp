@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <optional>
+#include <random>
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
@@ -20,10 +21,15 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "dist/c10d_compat.hpp"
+#include "dist/shm_allreduce.hpp"
+#include "dist/shm_segment.hpp"
 
 namespace kiln {
 
 namespace {
+
+std::vector<uint8_t> text_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+std::string bytes_text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
 // Runs a collective step; any failure becomes a PeerFailure naming the step.
 std::string seconds(std::chrono::milliseconds t) {
@@ -154,7 +160,18 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
     throw PeerFailure("rendezvous at " + where + ": connecting the ranks failed: " + one_line(e.what()));
   }
   group_ = control_;
-  if (wants_nccl(config, device)) {
+  const bool nccl = wants_nccl(config, device);
+  // CPU gradients between ranks of one host: shared memory, unless told not to.
+  if (!nccl && config.intra_host != IntraHost::gloo) {
+    const std::string why_not = env.local_world_size == env.world_size
+                                    ? join_shared_memory(Clock::now() + timeout_)
+                                    : "the ranks are on " + std::to_string(env.world_size / std::max<int64_t>(env.local_world_size, 1)) +
+                                          " hosts";
+    if (!why_not.empty() && config.intra_host == IntraHost::shm)
+      throw std::runtime_error("distributed.intra_host = \"shm\", but the ranks cannot share memory: " + why_not +
+                               " (use intra_host = \"auto\" or \"gloo\")");
+  }
+  if (nccl) {
 #ifdef KILN_WITH_NCCL
     // The model's tensors (gradients, the initial weights) on CUDA: NCCL.
     group_ = c10d_compat::nccl_group(store_, rank_, world_size_, timeout_);
@@ -163,6 +180,68 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
                              "against a LibTorch without NCCL; use backend = \"gloo\"");
 #endif
   }
+}
+
+std::string ProcessGroup::join_shared_memory(Clock::time_point deadline) {
+  return collective("the shared-memory set-up", [&]() -> std::string {
+    const size_t slot = ShmAllReduce::kDefaultSlotBytes;
+    const size_t bytes = ShmAllReduce::segment_bytes(world_size_, slot);
+    std::optional<ShmSegment> segment;
+    std::string mine;  // empty: this rank has the segment mapped
+    if (rank_ == 0) {
+      std::random_device random;
+      const uint64_t nonce = (static_cast<uint64_t>(random()) << 32) | random();
+      try {
+        segment.emplace(ShmSegment::create(bytes));
+        ShmAllReduce::initialise(*segment, world_size_, slot, nonce);
+        store_->set("shm/name", text_bytes(segment->name() + " " + std::to_string(nonce)));
+      } catch (const std::exception& e) {
+        mine = e.what();
+        store_->set("shm/name", text_bytes(""));
+      }
+    } else {
+      if (!wait_key("shm/name", deadline, "the shared-memory set-up"))
+        throw PeerFailure("the shared-memory set-up timed out after " + seconds(timeout_) +
+                          ": rank 0 did not name its segment (it failed or stopped responding)");
+      const std::string offer = bytes_text(store_->get("shm/name"));
+      const size_t space = offer.find(' ');
+      if (space == std::string::npos) {
+        mine = "rank 0 could not create a segment";
+      } else {
+        try {
+          segment.emplace(ShmSegment::open(offer.substr(0, space), bytes));
+          if (!ShmAllReduce::matches(*segment, world_size_, slot, std::stoull(offer.substr(space + 1))))
+            mine = "rank " + std::to_string(rank_) + " opened another segment of that name (another host?)";
+        } catch (const std::exception& e) {
+          mine = "rank " + std::to_string(rank_) + ": " + e.what();
+        }
+      }
+    }
+    // Joined before answering: every rank's pid is in the segment before any
+    // all-reduce starts, so a peer that dies is always seen.
+    std::shared_ptr<ShmAllReduce> shm;
+    if (mine.empty()) {
+      shm = std::make_shared<ShmAllReduce>(std::move(*segment), rank_, world_size_, timeout_, slot);
+      segment.reset();
+    }
+    store_->set("shm/answer/" + std::to_string(rank_), text_bytes(mine.empty() ? "ok" : "no " + mine));
+    std::string why_not;
+    for (int r = 0; r < world_size_; ++r) {
+      const std::string key = "shm/answer/" + std::to_string(r);
+      if (!wait_key(key, deadline, "the shared-memory set-up"))
+        throw PeerFailure("the shared-memory set-up timed out after " + seconds(timeout_) + ": rank " +
+                          std::to_string(r) + " did not answer (it failed or stopped responding)");
+      const std::string answer = bytes_text(store_->get(key));
+      if (answer != "ok" && why_not.empty()) why_not = answer.substr(3);
+    }
+    // Every rank has answered, so whoever could map it has: the name goes.
+    if (shm) shm->unlink();
+    if (segment) segment->unlink();
+    if (!why_not.empty()) return why_not;
+    shm_ = shm;
+    grads_ = c10d_compat::shm_group(store_, std::move(shm));
+    return "";
+  }, /*passthrough=*/true);
 }
 
 void ProcessGroup::arrive(Clock::time_point deadline, const std::string& where) {
@@ -188,6 +267,23 @@ void ProcessGroup::arrive(Clock::time_point deadline, const std::string& where) 
 }
 
 ProcessGroup::~ProcessGroup() = default;
+
+std::string ProcessGroup::gradient_stats() const {
+  if (!shm_) return "";
+  const ShmAllReduce::Stats s = shm_->stats();
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "shared-memory all-reduce: %llu calls, %.3f s copying and summing (%.1f us a call), %.3f s waiting "
+                "for other ranks",
+                static_cast<unsigned long long>(s.calls), s.moving_s, s.calls ? 1e6 * s.moving_s / s.calls : 0.0,
+                s.waiting_s);
+  return text;
+}
+
+std::string ProcessGroup::gradient_transport() const {
+  if (grads_) return "shared memory";
+  return group_ == control_ ? "Gloo" : "NCCL";
+}
 
 void ProcessGroup::check_interrupted(const char* what) const {
   if (!interrupted_) return;

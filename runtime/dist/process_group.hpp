@@ -25,6 +25,8 @@ class Work;
 
 namespace kiln {
 
+class ShmAllReduce;
+
 class ProcessGroup {
  public:
   using Clock = std::chrono::steady_clock;
@@ -44,6 +46,14 @@ class ProcessGroup {
   bool is_local_zero() const { return local_rank_ == 0; }
   // The model's group: NCCL for CUDA tensors, else the Gloo control group.
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
+  // The gradient all-reduce's group: the shared-memory one when every rank
+  // is on this host and maps the segment (distributed.intra_host), else group().
+  const c10::intrusive_ptr<c10d::ProcessGroup>& gradient_group() const { return grads_ ? grads_ : group_; }
+  bool gradients_in_shared_memory() const { return static_cast<bool>(grads_); }
+  // What the gradients travel through, for the log: "shared memory", "Gloo" or "NCCL".
+  std::string gradient_transport() const;
+  // With shared memory: how the all-reduce's time split so far, one line; else "".
+  std::string gradient_stats() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // barrier and all_reduce_sum run on the Gloo control group: CPU only, so
@@ -67,6 +77,10 @@ class ProcessGroup {
   // Waits for a store key until `deadline`, polling `interrupted_`; false on timeout.
   bool wait_key(const std::string& key, Clock::time_point deadline, const char* what);
   void check_interrupted(const char* what) const;
+  // Every rank maps one segment that rank 0 creates, or none uses it: the
+  // decision is taken from every rank's answer in the store, so it is the
+  // same on all ranks. Returns why not when the ranks cannot share it.
+  std::string join_shared_memory(Clock::time_point deadline);
 
   std::function<std::string()> interrupted_;
   int rank_, world_size_, local_rank_;
@@ -74,6 +88,8 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;    // the model's tensors
   c10::intrusive_ptr<c10d::ProcessGroup> control_;  // the host's decisions (Gloo, CPU)
+  c10::intrusive_ptr<c10d::ProcessGroup> grads_;    // shared memory between the ranks of one host, or null
+  std::shared_ptr<ShmAllReduce> shm_;               // what grads_ reduces through
   uint64_t gather_round_ = 0;
 };
 

@@ -155,7 +155,8 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
         if (s == 0 || (s == preempt_signal_ && command_ == Command::fit)) return "";
         return signal_name(s);
       });
-      spdlog::info("rank {}/{} joined the process group ({} launch)", rank(), world_size(), dist_->launcher);
+      spdlog::info("rank {}/{} joined the process group ({} launch; gradients over {})", rank(), world_size(),
+                   dist_->launcher, group_->gradient_transport());
     }
     checkpointer_.emplace(m_.checkpoint, rank(), [this](bool ok) {
       if (!group_) return ok;
@@ -453,13 +454,17 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     if (resume_) start = resume_from(*resume_);
     agree_on_start();
     open_run_dir();
-    if (group_) grad_sync_ = std::make_unique<GradSync>(*group_, trainable_, trainable_names_);
+    if (group_)
+      grad_sync_ =
+          std::make_unique<GradSync>(*group_, trainable_, trainable_names_, m_.distributed.gradient_compression);
 
     std::optional<GradScaler> scaler;
     if (m_.trainer.precision == Precision::fp16_mixed) scaler.emplace(scaler_state_);
     FitLoop loop(*context_, settings,
                  Optimization{*optimizer_, schedule, trainable_, grad_sync_.get(), scaler ? &*scaler : nullptr}, *stop_);
     loop.run(start);
+    if (group_ && spdlog::should_log(spdlog::level::debug))
+      if (const std::string stats = group_->gradient_stats(); !stats.empty()) spdlog::debug("{}", stats);
     if (scaler)
       spdlog::info("16-mixed: {} optimizer steps skipped for inf/NaN gradients; loss scale now {}",
                    scaler_state_.skipped, scaler_state_.scale);

@@ -82,7 +82,7 @@ TEST(MultiNode, TwoNodesTimesTwoProcessesOverAVethLink) {
     EXPECT_FALSE(results[rank].timed_out) << "rank " << rank;
     EXPECT_EQ(results[rank].exit_code, 0) << "rank " << rank << "\n" << results[rank].output;
   }
-  EXPECT_NE(results[0].output.find("rank 0/4 joined the process group (torchrun launch)"), std::string::npos)
+  EXPECT_NE(results[0].output.find("rank 0/4 joined the process group (torchrun launch; gradients over Gloo)"), std::string::npos)
       << results[0].output;
   const auto rows = read_metrics(dir / "run" / "metrics.csv");  // written by rank 0 only
   ASSERT_EQ(rows.size(), 3u);
