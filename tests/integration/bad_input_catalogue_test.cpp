@@ -199,6 +199,9 @@ std::vector<BadInput> catalogue() {
       {"device_index_past_the_gpus", [](Case& c) { c.args = fit(c, {"--set", "run.device=cuda:4095"}); c.names = "run.device = 'cuda:4095'"; }},
       {"device_one_gpu_for_two_ranks", [](Case& c) { c.args = fit(c, {"-n", "2", "--set", "run.device=cuda:0"}); c.names = "run.device = 'cuda:0'"; }},
       {"precision_16_mixed_on_the_cpu", [](Case& c) { c.args = fit(c, {"--set", "run.device=cpu", "--set", "trainer.precision=16-mixed"}); c.names = "trainer.precision = '16-mixed'"; }},
+      // --- gradients between ranks -------------------------------------------------
+      {"intra_host_unknown", [](Case& c) { c.args = fit(c, {"-n", "2", "--set", "distributed.intra_host=nvlink"}); c.names = "distributed.intra_host must be 'auto', 'shm' or 'gloo', not 'nvlink'"; }},
+      {"gradient_compression_unknown", [](Case& c) { c.args = fit(c, {"-n", "2", "--set", "distributed.gradient_compression=int8"}); c.names = "distributed.gradient_compression must be 'none', 'bf16' or 'fp16', not 'int8'"; }},
       // --- time and validation cadence --------------------------------------------
       {"max_time_that_does_not_parse", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_time=2h"}); c.names = "trainer.max_time"; }},
       {"val_check_interval_zero", [](Case& c) { c.args = fit(c, {"--set", "trainer.val_check_interval=0"}); c.names = "trainer.val_check_interval"; }},

@@ -487,8 +487,8 @@ TEST_F(ManifestTest, UnknownKeyThatBelongsInAnotherTable) {
 TEST_F(ManifestTest, UnknownKeyWithNoNearMatchListsKnownKeys) {
   const std::string message = error(std::string("[distributed]\nzzzzzz = 1\n") + kMinimal);
   EXPECT_EQ(message, at(2, 1) +
-                         "unknown key 'zzzzzz' in [distributed] (known keys: processes, backend, timeout_s, "
-                         "master_addr, master_port)");
+                         "unknown key 'zzzzzz' in [distributed] (known keys: processes, backend, intra_host, "
+                         "gradient_compression, timeout_s, master_addr, master_port)");
 }
 
 TEST_F(ManifestTest, FirstErrorInFileOrderWins) {
