@@ -26,7 +26,7 @@ class CompressedAllReduce final : public c10d::CommHookInterface {
     std::vector<at::Tensor> compressed{buffer.div(static_cast<double>(group_->getSize())).to(dtype_)};
     auto reduced = group_->allreduce(compressed)->getFuture();
     return reduced->then(
-        [buffer, compressed](c10::ivalue::Future& done) mutable {
+        [buffer, compressed](c10::ivalue::Future& done) {
           (void)done.value();  // rethrows the all-reduce's failure
           buffer.copy_(compressed[0]);
           return c10::IValue(buffer);
