@@ -20,7 +20,6 @@ import struct
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -34,7 +33,7 @@ def read_idx(path):
     magic, = struct.unpack(">I", data[:4])
     dims = magic & 0xFF
     shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def model():
@@ -50,9 +49,8 @@ def shard(order, rank, world):
 
 def worker(rank, world, port, args, out):
     torch.set_num_threads(1)
-    x = torch.from_numpy(read_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz")).copy())
-    x = x.reshape(-1, 784).float().div_(255)
-    y = torch.from_numpy(read_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz")).copy()).long()
+    x = read_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz")).reshape(-1, 784).float().div_(255)
+    y = read_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz")).long()
     if world > 1:
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)

@@ -17,7 +17,7 @@ py=${KILN_BENCH_PYTHON:-}
 if [ -z "$py" ]; then
   if [ -x .venv-torch/bin/python ]; then py=.venv-torch/bin/python; else py=python3; fi
 fi
-"$py" -c "import torch, numpy" 2>/dev/null || { echo "dist.sh: no torch in $py: the DDP reference is skipped"; py=""; }
+"$py" -c "import torch" 2>/dev/null || { echo "dist.sh: no torch in $py: the DDP reference is skipped"; py=""; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
