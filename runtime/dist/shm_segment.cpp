@@ -16,7 +16,7 @@ namespace kiln {
 
 namespace {
 
-std::string error_text(const char* what, const std::string& name) {
+std::string error_text(const std::string& what, const std::string& name) {
   return std::string(what) + " " + name + ": " + std::strerror(errno);
 }
 
@@ -41,8 +41,12 @@ ShmSegment ShmSegment::create(size_t bytes) {
       if (errno == EEXIST && attempt < 8) continue;
       throw std::runtime_error(error_text("cannot create shared memory", name));
     }
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      const std::string text = error_text("cannot size shared memory", name);
+    // Reserved now, not on first touch: a /dev/shm too small (a container's
+    // 64 MiB) is an error here, where the run can fall back to Gloo, rather
+    // than a SIGBUS in the middle of an all-reduce.
+    if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); error != 0) {
+      errno = error;
+      const std::string text = error_text("cannot reserve " + std::to_string(bytes >> 20) + " MiB of shared memory for", name);
       ::close(fd);
       ::shm_unlink(name);
       throw std::runtime_error(text);

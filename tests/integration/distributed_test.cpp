@@ -87,6 +87,40 @@ INSTANTIATE_TEST_SUITE_P(Transports, GradientTransport,
                            return std::string(info.index == 0 ? "auto" : info.index == 1 ? "shm" : "gloo");
                          });
 
+// A /dev/shm too small for the segment (a container's): auto falls back to
+// Gloo and trains; "shm" ends at start-up naming why, before any step.
+TEST(Distributed, ASharedMemoryTooSmallFallsBackToGlooOrIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root for a mount namespace (running as uid " << geteuid() << ")";
+  auto in_small_shm = [](const std::vector<std::string>& args) {
+    std::string command = "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec \"$0\" \"$@\"";
+    std::vector<std::string> argv{"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c", command,
+                                  kiln_exe().string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run_process(argv, {.timeout = kTimeout});
+  };
+  const auto can = run_process({"/usr/bin/unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                "mount -t tmpfs -o size=1m tmpfs /dev/shm"},
+                               {.timeout = kTimeout});
+  if (can.exit_code != 0) GTEST_SKIP() << "mount namespaces not permitted here: " << can.output;
+
+  TempDir dir;
+  const auto manifest = recorder_manifest(dir, "features = 4", "size = 64\nfeatures = 4", "",
+                                          "max_epochs = 1\nbatch_size = 4\ntest_after_fit = false\n");
+  auto fallback = in_small_shm({"fit", manifest.string(), "-n", "2"});
+  EXPECT_EQ(fallback.exit_code, 0) << fallback.output;
+  EXPECT_NE(fallback.output.find("gradients over Gloo"), std::string::npos) << fallback.output;
+
+  TempDir strict;
+  const auto manifest2 = recorder_manifest(strict, "features = 4", "size = 64\nfeatures = 4", "",
+                                           "max_epochs = 1\nbatch_size = 4\n[distributed]\nintra_host = \"shm\"\n");
+  auto refused = in_small_shm({"fit", manifest2.string(), "-n", "2"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("distributed.intra_host = \"shm\", but the ranks cannot share memory: cannot reserve"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_EQ(read_file(strict / "calls.log").find("training_step"), std::string::npos) << "refused before any step";
+}
+
 // bf16/fp16 gradients: half the bytes; every rank still holds the same
 // parameters, close to (and, rounded, not equal to) the float32 result.
 class CompressedGradients : public testing::TestWithParam<const char*> {};
