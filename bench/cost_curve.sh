@@ -78,4 +78,4 @@ done
 mkdir -p "$out_dir"
 cp "$epochs_csv" "$out_dir/cost_curve_epochs.csv"
 "$py" bench/cost_curve.py "$out_dir/cost_curve_epochs.csv" "$out_dir/cost_curve.csv" "$out_dir/cost_curve.png" \
-  --note "$(date -u +%Y-%m-%d), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) at the end, $rounds rounds"
+  --note "$(date -u +%Y-%m-%d), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg) at the end, rounds: $rounds"
