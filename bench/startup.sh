@@ -12,6 +12,9 @@
 #             holding 5 checkpoints of a wider model (hidden [2048, 2048],
 #             5.8 M parameters: ~70 MB each), compared with a fresh start of
 #             that model in an empty directory (fresh-wide)
+#   epochs100 not start-up but its per-epoch cousin: 100 epochs of one batch
+#             each (the sampler used to replay every earlier epoch's shuffle
+#             to plan the next: ~5000 randperm(60000) in all; now 100)
 # For each: the wall time of the whole command, and for kiln fit the
 # "start-up:" debug lines' seconds since the process started (main reached,
 # plugins set up, first training step). A baseline without those lines shows
@@ -79,6 +82,9 @@ for r in $(seq 1 "$rounds"); do
     cp -al "$work/prepared" "$work/resumed"
     timed "$b" resume "$k" fit bench/mlp256.toml "${one_step[@]}" "${wide[@]}" --set checkpoint.every_n_epochs=0 \
       --set trainer.max_epochs=6 --set run.dir="$work/resumed" --resume last
+    rm -rf "$work/epochs"
+    timed "$b" epochs100 "$k" fit bench/mlp256.toml "${one_step[@]}" --set trainer.max_epochs=100 \
+      --set run.dir="$work/epochs"
   done
 done
 
@@ -89,7 +95,7 @@ for b in "${!bins[@]}"; do
   echo "${bins[$b]}:"
   echo "| case | wall s | main() reached s | plugins set up s | first training step s |"
   echo "|---|---|---|---|---|"
-  for case in version inspect fit fresh-wide resume; do
+  for case in version inspect fit fresh-wide resume epochs100; do
     row="| $case |"
     for what in wall main setup first_step; do
       v=$(awk -v b="$b" -v c="$case" -v w="$what" '$1 == b && $2 == c && $3 == w { print $4 }' "$results" |
