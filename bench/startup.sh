@@ -12,6 +12,8 @@
 #             holding 5 checkpoints of a wider model (hidden [2048, 2048],
 #             5.8 M parameters: ~70 MB each), compared with a fresh start of
 #             that model in an empty directory (fresh-wide)
+#   fit-n2    the one-step fit with `-n 2`: the supervisor, then two workers
+#             that each load LibTorch again and meet (times of rank 0)
 #   epochs100 not start-up but its per-epoch cousin: 100 epochs of one batch
 #             each (the sampler used to replay every earlier epoch's shuffle
 #             to plan the next: ~5000 randperm(60000) in all; now 100)
@@ -46,6 +48,9 @@ results="$work/results"
 record() {
   local b=$1 case=$2 log=$3 wall=$4
   echo "$b $case wall $wall" >>"$results"
+  # With -n 2 every process logs: rank 0's lines only (the supervisor's own
+  # "main() reached" is not rank 0's).
+  if [ "$case" = fit-n2 ]; then grep -F '[rank 0]' "$log" >"$log.0" || true; log=$log.0; fi
   awk -v b="$b" -v c="$case" '
     /start-up: main\(\) reached at/ { for (i = 1; i <= NF; i++) if ($i == "at") { print b, c, "main", $(i + 1); break } }
     /start-up: plugins set up/      { print b, c, "setup", $(NF - 1) }
@@ -72,6 +77,8 @@ for r in $(seq 1 "$rounds"); do
     timed "$b" inspect "$k" inspect bench/mlp256.toml
     rm -rf "$work/fit"
     timed "$b" fit "$k" fit bench/mlp256.toml "${one_step[@]}" --set run.dir="$work/fit"
+    rm -rf "$work/fit2"
+    timed "$b" fit-n2 "$k" fit bench/mlp256.toml -n 2 "${one_step[@]}" --set run.dir="$work/fit2"
     rm -rf "$work/fresh"
     timed "$b" fresh-wide "$k" fit bench/mlp256.toml "${one_step[@]}" "${wide[@]}" --set checkpoint.every_n_epochs=0 \
       --set run.dir="$work/fresh"
@@ -95,7 +102,7 @@ for b in "${!bins[@]}"; do
   echo "${bins[$b]}:"
   echo "| case | wall s | main() reached s | plugins set up s | first training step s |"
   echo "|---|---|---|---|---|"
-  for case in version inspect fit fresh-wide resume epochs100; do
+  for case in version inspect fit fit-n2 fresh-wide resume epochs100; do
     row="| $case |"
     for what in wall main setup first_step; do
       v=$(awk -v b="$b" -v c="$case" -v w="$what" '$1 == b && $2 == c && $3 == w { print $4 }' "$results" |

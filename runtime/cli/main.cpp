@@ -222,7 +222,9 @@ void tune_allocator() {
 #endif
 }
 
-int kiln_main(int argc, char** argv, double main_reached_s) {
+// Everything of main() but the end: its objects (signal watcher, heartbeat,
+// loader, run) are all destroyed when it returns.
+static int kiln_main(int argc, char** argv, double main_reached_s) {
   kiln::SignalWatcher signals;  // first: before any other thread, and SIGPIPE ignored
   // A worker of kiln's supervisor beats from here on: loading LibTorch's
   // libraries is over, loading plugins (possibly slow) is not yet begun.
