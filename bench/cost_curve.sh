@@ -44,20 +44,20 @@ kiln_epochs() {  # metrics.csv -> one epoch_seconds per line
 
 # One side at one batch size: appends its epochs to the CSV.
 run_side() {
-  local side=$1 batch=$2 round=$3 log="$work/log"
-  case $side in
-    hand)
-      "$build/bin/bench_hand_loop" mlp256 1 --batch "$batch" >"$log" 2>&1 </dev/null
-      awk -v b="$batch" -v r="$round" '$1=="epoch" && $3=="seconds" {print "hand,1," b "," r "," $2 "," $4}' \
-        "$log" >>"$epochs_csv" ;;
-    kiln1|kiln2)
-      local n=${side#kiln}
-      rm -rf "$work/run"
-      "$build/bin/kiln" fit bench/mlp256.toml -n "$n" --set run.threads=1 --set trainer.batch_size="$batch" \
-        --set trainer.test_after_fit=false --set run.dir="$work/run" >"$log" 2>&1 </dev/null
-      kiln_epochs "$work/run/metrics.csv" | awk -v n="$n" -v b="$batch" -v r="$round" \
-        '{print "kiln," n "," b "," r "," NR-1 "," $1}' >>"$epochs_csv" ;;
-  esac || { echo "$side at batch $batch failed:" >&2; tail -5 "$log" >&2; exit 1; }
+  local side=$1 batch=$2 round=$3 log="$work/log" n
+  failed() { echo "$side at batch $batch failed:" >&2; tail -5 "$log" >&2; exit 1; }
+  if [ "$side" = hand ]; then
+    "$build/bin/bench_hand_loop" mlp256 1 --batch "$batch" >"$log" 2>&1 </dev/null || failed
+    awk -v b="$batch" -v r="$round" '$1=="epoch" && $3=="seconds" {print "hand,1," b "," r "," $2 "," $4}' \
+      "$log" >>"$epochs_csv"
+  else
+    n=${side#kiln}
+    rm -rf "$work/run"
+    "$build/bin/kiln" fit bench/mlp256.toml -n "$n" --set run.threads=1 --set trainer.batch_size="$batch" \
+      --set trainer.test_after_fit=false --set run.dir="$work/run" >"$log" 2>&1 </dev/null || failed
+    kiln_epochs "$work/run/metrics.csv" | awk -v n="$n" -v b="$batch" -v r="$round" \
+      '{print "kiln," n "," b "," r "," NR-1 "," $1}' >>"$epochs_csv"
+  fi
 }
 
 sides=(hand kiln1 kiln2)
