@@ -1,14 +1,17 @@
 // The reference training benchmark (shared/bench-definition.md) as a plain,
 // hand-written LibTorch loop: what kiln's overhead is measured against.
 //
-//   bench_hand_loop <mlp256|mlp32> <threads> [data_dir]
+//   bench_hand_loop <mlp256|mlp32> <threads> [data_dir] [--batch N]
 //
+// --batch overrides the definition's batch size (128 for mlp256, 32 for
+// mlp32): bench/cost_curve.sh sweeps it.
 // Prints the like-for-like markers (initial parameter sum, first indices of
 // epoch 0's permutation, last-batch loss, test accuracy) and one line per
 // timed epoch, in the same words as bench/run.sh parses from kiln.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -45,16 +48,30 @@ torch::nn::Sequential make_model(const std::vector<int64_t>& widths) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: %s <mlp256|mlp32> <threads> [data_dir]\n", argv[0]);
+  std::vector<std::string> args;
+  int64_t batch_option = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--batch" && i + 1 < argc) {
+      batch_option = std::atoll(argv[++i]);
+      if (batch_option < 1) {
+        std::fprintf(stderr, "%s: --batch must be a positive integer, not '%s'\n", argv[0], argv[i]);
+        return 2;
+      }
+    } else {
+      args.push_back(arg);
+    }
+  }
+  if (args.size() < 2 || (args[0] != "mlp256" && args[0] != "mlp32")) {
+    std::fprintf(stderr, "usage: %s <mlp256|mlp32> <threads> [data_dir] [--batch N]\n", argv[0]);
     return 2;
   }
-  const std::string which = argv[1];
-  const int threads = std::stoi(argv[2]);
-  const std::string dir = argc > 3 ? argv[3] : "/usr/share/datasets/fashion-mnist";
+  const std::string which = args[0];
+  const int threads = std::stoi(args[1]);
+  const std::string dir = args.size() > 2 ? args[2] : "/usr/share/datasets/fashion-mnist";
   const std::vector<int64_t> widths = which == "mlp32" ? std::vector<int64_t>{784, 32, 10}
                                                        : std::vector<int64_t>{784, 256, 128, 10};
-  const int64_t batch = which == "mlp32" ? 32 : 128;
+  const int64_t batch = batch_option > 0 ? batch_option : which == "mlp32" ? 32 : 128;
   at::set_num_threads(threads);
   const Data data = load(dir);
   const int64_t n = data.train_x.size(0);

@@ -1,5 +1,7 @@
 #include "ckpt/checkpoint_dir.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "ckpt/checkpoint_meta.hpp"
@@ -16,10 +18,10 @@ std::vector<CheckpointInfo> scan_checkpoints(const std::filesystem::path& dir,
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (entry.path().extension() != ".ckpt" || name.front() == '.') continue;
-    // One read validates (checksum included) and yields the metadata.
+    // The header, metadata and trailer only: see the header for why.
     CheckpointMeta meta;
     try {
-      meta = read_meta(CheckpointFile::read(entry.path()));
+      meta = read_meta(read_checkpoint_head(entry.path()));
     } catch (const CheckpointError& e) {
       if (skipped) skipped(e);
       continue;
@@ -43,13 +45,29 @@ std::filesystem::path resolve_resume(const std::string& spec, const std::filesys
     if (auto problem = CheckpointFile::check(spec)) throw InputError("--resume: " + *problem);
     return spec;
   }
-  const std::vector<CheckpointInfo> valid = scan_checkpoints(
+  std::vector<CheckpointInfo> candidates = scan_checkpoints(
       dir, [&](const CheckpointError& e) { spdlog::warn("--resume {}: skipping {}", spec, e.what()); });
-  const auto chosen = spec == "last" ? pick_last(valid) : pick_best(valid, policy);
-  if (!chosen) throw InputError("--resume " + spec + ": no valid checkpoint in " + dir.string());
-  if (spec == "last" && !chosen->is_last)
-    spdlog::warn("--resume last: last.ckpt is missing or invalid; using {}", chosen->path.string());
-  return chosen->path;
+  // The listing did not read the tensor data. The choice is verified whole;
+  // one that fails is dropped and the choice made again, which picks the same
+  // file a listing that verified every checksum would have picked.
+  std::string refused;
+  while (true) {
+    const auto chosen = spec == "last" ? pick_last(candidates) : pick_best(candidates, policy);
+    if (!chosen)
+      throw InputError("--resume " + spec + ": no valid checkpoint in " + dir.string() +
+                       (refused.empty() ? "" : " (the last one tried: " + refused + ")"));
+    if (auto problem = CheckpointFile::check(chosen->path)) {
+      spdlog::warn("--resume {}: skipping {}", spec, *problem);
+      refused = *problem;
+      candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                      [&](const CheckpointInfo& c) { return c.path == chosen->path; }),
+                       candidates.end());
+      continue;
+    }
+    if (spec == "last" && !chosen->is_last)
+      spdlog::warn("--resume last: last.ckpt is missing or invalid; using {}", chosen->path.string());
+    return chosen->path;
+  }
 }
 
 void link_checkpoint(const std::filesystem::path& existing, const std::filesystem::path& final) {

@@ -563,6 +563,94 @@ std::optional<std::string> CheckpointFile::check(const std::filesystem::path& pa
   return std::nullopt;
 }
 
+namespace {
+
+// pread() exactly `size` bytes at `offset`, retrying EINTR and short reads;
+// false when the file ends first.
+bool read_exactly_at(const std::filesystem::path& path, int fd, uint64_t offset, char* out, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      corrupt(path, "cannot be read: " + error_text(err));
+    }
+    if (n == 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The "meta" section is a few lines of text; a larger one is a corrupt length,
+// which must not make a listing read megabytes.
+constexpr uint64_t kMaxMetaSection = 64 * 1024;
+// "\xFF\xFF\xFF\xFF", u64 section count, u64 checksum, "KILNEND\0".
+constexpr uint64_t kTrailerSize = 4 + 8 + 8 + 8;
+
+}  // namespace
+
+CheckpointHead read_checkpoint_head(const std::filesystem::path& path) {
+  auto [fd, size] = open_for_reading(path);
+  CheckpointHead head;
+  head.path = path;
+  head.size = size;
+  if (size == 0) corrupt(path, "is empty");
+
+  // The same checks, in the same order and words, as parse() for the header.
+  char word[12];
+  const size_t magic_size = static_cast<size_t>(std::min<uint64_t>(8, size));
+  if (!read_exactly_at(path, fd.get(), 0, word, magic_size)) corrupt(path, "is truncated (it shrank while being read)");
+  if (std::memcmp(word, kMagic, magic_size) != 0)
+    corrupt(path, "is not a kiln checkpoint (it does not start with \"KILNCKPT\")");
+  if (magic_size < 8 || size < 12) corrupt(path, "is truncated (it ends inside the header)");
+  if (!read_exactly_at(path, fd.get(), 8, word, 4)) corrupt(path, "is truncated (it shrank while being read)");
+  const uint32_t version = get_u32(word);
+  if (version != kCheckpointFormat)
+    corrupt(path, "was written by checkpoint format " + std::to_string(version) + "; this kiln reads format " +
+                      std::to_string(kCheckpointFormat));
+
+  // The trailer: a file cut short anywhere (a copy that did not finish, a
+  // full disk outside kiln's commit) does not end with it.
+  if (size < 12 + kTrailerSize) corrupt(path, "is truncated (it ends before the checkpoint trailer)");
+  char trailer[kTrailerSize];
+  if (!read_exactly_at(path, fd.get(), size - kTrailerSize, trailer, kTrailerSize))
+    corrupt(path, "is truncated (it shrank while being read)");
+  if (get_u32(trailer) != kEndOfSections || std::memcmp(trailer + 20, kEndMagic, 8) != 0)
+    corrupt(path, "is truncated or corrupt (it does not end with the checkpoint trailer)");
+  const uint64_t sections_end = size - kTrailerSize;  // where the end-of-sections marker is
+
+  // Section frames from the start until "meta": kiln writes it first, so
+  // this is one frame; only the frames' headers are read, never their data.
+  uint64_t at = 12;
+  while (true) {
+    if (at + 4 > sections_end) corrupt(path, "is corrupt (it has no 'meta' section)");
+    if (!read_exactly_at(path, fd.get(), at, word, 4)) corrupt(path, "is truncated (it shrank while being read)");
+    const uint32_t name_size = get_u32(word);
+    if (name_size == kEndOfSections) corrupt(path, "is corrupt (it has no 'meta' section)");
+    if (name_size > kMaxSectionName || at + 4 + name_size + 8 > sections_end)
+      corrupt(path, "is corrupt (a section name of " + std::to_string(name_size) + " bytes at offset " +
+                        std::to_string(at) + ")");
+    std::string name(name_size, '\0');
+    if (!read_exactly_at(path, fd.get(), at + 4, name.data(), name_size) ||
+        !read_exactly_at(path, fd.get(), at + 4 + name_size, word, 8))
+      corrupt(path, "is truncated (it shrank while being read)");
+    const uint64_t data_size = get_u64(word);
+    const uint64_t data_at = at + 4 + name_size + 8;
+    if (data_size > sections_end - data_at)
+      corrupt(path, "is truncated or corrupt (section '" + printable(name) + "' runs past the end of the file)");
+    if (name == "meta") {
+      if (data_size > kMaxMetaSection)
+        corrupt(path, "is corrupt (its 'meta' section is " + std::to_string(data_size) + " bytes)");
+      head.meta.resize(static_cast<size_t>(data_size));
+      if (!read_exactly_at(path, fd.get(), data_at, head.meta.data(), head.meta.size()))
+        corrupt(path, "is truncated (it shrank while being read)");
+      return head;
+    }
+    at = data_at + data_size;
+  }
+}
+
 bool CheckpointFile::has(std::string_view name) const {
   return std::any_of(index_.begin(), index_.end(), [&](const auto& entry) { return entry.first == name; });
 }

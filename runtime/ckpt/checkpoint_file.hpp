@@ -96,6 +96,22 @@ class CheckpointFile {
   std::vector<std::pair<std::string, std::pair<size_t, size_t>>> index_;  // name -> (offset, size)
 };
 
+// What listing a checkpoint directory needs of one file, read without its
+// tensor data: the header (magic, format), the "meta" section (the first one
+// kiln writes) and the trailer's end-of-sections marker and end magic, so a
+// truncated or foreign file is refused. The checksum is NOT verified: a
+// listing (`--resume last|best`, retention at start-up) must not read every
+// byte of every checkpoint in the directory. The one file then used is read
+// with CheckpointFile::check/read, checksum included.
+struct CheckpointHead {
+  std::filesystem::path path;
+  uint64_t size = 0;  // bytes
+  std::string meta;   // the "meta" section's bytes
+};
+
+// Throws CheckpointError naming the file and the problem.
+CheckpointHead read_checkpoint_head(const std::filesystem::path& path);
+
 // Removes "<dir>/.*.tmp-<pid>" files whose pid is not a live process (or is
 // this process's own leftover). Returns the paths removed.
 std::vector<std::filesystem::path> sweep_temporaries(const std::filesystem::path& dir);

@@ -29,6 +29,8 @@ struct CheckpointMeta {
 // The "meta" section's text.
 std::string meta_text(const TrainPosition& position, const std::string& monitor, std::optional<double> monitored);
 CheckpointMeta read_meta(const CheckpointFile& file);
+// The same, from a directory listing's read of the file (no checksum check).
+CheckpointMeta read_meta(const CheckpointHead& head);
 
 // For readers of a checkpoint's sections: a non-negative decimal integer that
 // is the whole of `text`, or a CheckpointError naming the file and `what`.

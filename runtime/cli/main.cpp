@@ -33,6 +33,7 @@
 #include "train/model_parameters.hpp"
 #include "train/trainer.hpp"
 #include "util/errors.hpp"
+#include "util/process_info.hpp"
 #include "util/signal_watcher.hpp"
 
 namespace {
@@ -125,7 +126,7 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
 
 int run_command(kiln::Command command, const std::string& manifest_file, std::vector<std::string> overrides,
                 int processes, const std::string& resume, const std::vector<std::string>& argv,
-                const std::atomic<int>* signal, kiln::Heartbeat& heartbeat) {
+                const std::atomic<int>* signal, kiln::Heartbeat& heartbeat, double main_reached_s) {
   heartbeat.phase("loading the manifest and plugins");
   if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
   kiln::Manifest manifest = kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
@@ -133,10 +134,16 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   // Every plugin is checked here, once, before any worker starts.
   kiln::Loader loader;
   kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
+  // Start-up in steps, since the process started (the first training step's
+  // line is the trainer's): bench/README.md, "Start-up".
+  spdlog::debug("start-up: main() reached at {:.2f} s (LibTorch's libraries loaded and initialised), "
+                "manifest and plugins loaded at {:.2f} s", main_reached_s, kiln::seconds_since_start());
   std::optional<std::filesystem::path> resume_file;
   if (!resume.empty()) {
     resume_file = kiln::resolve_resume(resume, manifest.checkpoint.dir,
                                        kiln::RetentionPolicy{manifest.checkpoint.monitor, manifest.checkpoint.mode, 1});
+    spdlog::debug("start-up: --resume {} resolved to {} at {:.2f} s", resume, resume_file->string(),
+                  kiln::seconds_since_start());
   }
 
   const std::optional<kiln::DistEnv> launched = kiln::detect_launcher(kiln::process_environment());
@@ -215,8 +222,9 @@ void tune_allocator() {
 #endif
 }
 
-int main(int argc, char** argv) {
-  tune_allocator();
+// Everything of main() but the end: its objects (signal watcher, heartbeat,
+// loader, run) are all destroyed when it returns.
+static int kiln_main(int argc, char** argv, double main_reached_s) {
   kiln::SignalWatcher signals;  // first: before any other thread, and SIGPIPE ignored
   // A worker of kiln's supervisor beats from here on: loading LibTorch's
   // libraries is over, loading plugins (possibly slow) is not yet begun.
@@ -323,7 +331,8 @@ int main(int argc, char** argv) {
     for (const auto& [sub, command] : commands)
       if (sub->parsed()) {
         const int code = run_command(command, manifest, overrides, processes, resume,
-                                     std::vector<std::string>(argv, argv + argc), signals.signal(), heartbeat);
+                                     std::vector<std::string>(argv, argv + argc), signals.signal(), heartbeat,
+                                     main_reached_s);
         if (code == kiln::kExitOk) heartbeat.done();
         return code;
       }
@@ -335,4 +344,33 @@ int main(int argc, char** argv) {
     return failed(e, true, kiln::kExitFailure);
   }
   return kiln::kExitBadInput;
+}
+
+// Sanitizer builds end the normal way: LeakSanitizer reports from an exit handler.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KILN_EXIT_WITH_STATIC_DESTRUCTORS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KILN_EXIT_WITH_STATIC_DESTRUCTORS 1
+#endif
+#endif
+
+int main(int argc, char** argv) {
+  tune_allocator();
+  const double main_reached_s = kiln::seconds_since_start();
+  const int code = kiln_main(argc, argv, main_reached_s);
+  // Every object of kiln_main is gone: files closed (and the durable ones
+  // fsync'ed), threads joined, plugins unloaded. What exit() would still run
+  // is the static destructors of LibTorch and the ~290 libraries it loads,
+  // which deregister every operator one by one: ~0.2 s of a short command
+  // such as `kiln inspect` (bench/README.md, "Start-up"), for nothing a
+  // process that ends needs. Streams are flushed here instead.
+  std::cout.flush();
+  std::cerr.flush();
+  spdlog::shutdown();
+  std::fflush(nullptr);
+#ifndef KILN_EXIT_WITH_STATIC_DESTRUCTORS
+  ::_exit(code);
+#endif
+  return code;
 }

@@ -69,7 +69,7 @@ int64_t SampledBatches::batches_per_epoch(kiln_split split, const EpochSpec& spe
 std::unique_ptr<BatchStream> SampledBatches::open(kiln_split split, const EpochSpec& spec, int64_t epoch,
                                                   int64_t first_batch) {
   const int64_t n = length(split);
-  BatchPlan plan = plan_epoch(sampler_options(settings_, split, spec, n), epoch, n);
+  BatchPlan plan = plan_epoch(sampler_options(settings_, split, spec, n), epoch, n, orders_);
   plan.drop_front(static_cast<size_t>(first_batch));  // a resumed epoch continues where it stopped
   if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
     spdlog::debug("epoch 0 order starts {} {} {} {} {}", plan.indices[0], plan.indices[1], plan.indices[2],

@@ -6,6 +6,7 @@
 
 #include "plugin/proxies.hpp"
 #include "train/loops/loop_parts.hpp"
+#include "train/sampler.hpp"
 
 namespace kiln {
 
@@ -33,6 +34,7 @@ class SampledBatches final : public BatchSource {
   DataModuleProxy data_;
   SamplingSettings settings_;
   c10::Device device_;
+  EpochOrders orders_;  // the training order's generator, kept from epoch to epoch
 };
 
 }  // namespace kiln

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace kiln {
@@ -46,6 +47,37 @@ struct SamplerOptions {
 };
 
 BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t length);
+
+// The shuffled orders of a run's epochs, drawn from one generator kept
+// between calls. The order of epoch e is the (e+1)-th randperm(length) of a
+// generator seeded `seed`; replaying e earlier draws for every epoch made
+// planning epoch e cost e+1 draws (a run of E epochs ~E^2/2, a run resumed
+// at a late epoch paid for every earlier one on every epoch). Kept here, the
+// next epoch costs one draw: the same draws, from the same generator, in the
+// same sequence, hence exactly the same orders. Asking for an epoch already
+// drawn, another seed or another length starts again from the seed. Not
+// thread-safe: one owner (the run's BatchSource) plans its epochs.
+class EpochOrders {
+ public:
+  EpochOrders();
+  ~EpochOrders();
+  EpochOrders(const EpochOrders&) = delete;
+  EpochOrders& operator=(const EpochOrders&) = delete;
+
+  // randperm(length) number `epoch` (0-based) of a generator seeded `seed`.
+  std::vector<int64_t> order(uint64_t seed, int64_t epoch, int64_t length);
+  // How many randperm draws this object has made (tests: a sequential run
+  // draws once per epoch).
+  int64_t draws() const { return draws_; }
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  int64_t draws_ = 0;
+};
+
+// plan_epoch, with the shuffled order taken from `orders` (same plans).
+BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t length, EpochOrders& orders);
 
 // How many batches this rank's shard of `length` samples makes, before
 // max_batches (what plan_epoch would cut with max_batches = -1).

@@ -379,6 +379,7 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
   // Everything between setup and teardown.
   void body() {
     phase(command_name(command_));
+    spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s", seconds_since_start());
     model_.emplace(session_->model(), activity_);
     callbacks_.emplace(session_->callbacks(), activity_);
     SamplingSettings sampling;
@@ -462,6 +463,8 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     if (m_.trainer.precision == Precision::fp16_mixed) scaler.emplace(scaler_state_);
     FitLoop loop(*context_, settings,
                  Optimization{*optimizer_, schedule, trainable_, grad_sync_.get(), scaler ? &*scaler : nullptr}, *stop_);
+    // What a user waits for on every run (bench/README.md, "Start-up").
+    spdlog::debug("start-up: first training step at {:.2f} s since the process started", seconds_since_start());
     loop.run(start);
     if (group_ && spdlog::should_log(spdlog::level::debug))
       if (const std::string stats = group_->gradient_stats(); !stats.empty()) spdlog::debug("{}", stats);

@@ -1,8 +1,13 @@
 #include "util/process_info.hpp"
 
+#include <time.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 namespace kiln {
 
@@ -26,6 +31,28 @@ std::string mapped_blas() {
   std::string out;
   for (const auto& name : found) out += (out.empty() ? "" : ", ") + name;
   return out;
+}
+
+double seconds_since_start() {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat;
+  std::getline(stat_file, stat);
+  // Field 2 is the command in parentheses and may itself hold spaces and
+  // parentheses: count fields from the last ')'. starttime is field 22.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return NAN;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i < 22 && fields >> field; ++i) {
+  }
+  unsigned long long start_ticks = 0;
+  if (!(fields >> start_ticks)) return NAN;
+  const long ticks_per_second = ::sysconf(_SC_CLK_TCK);
+  timespec now{};
+  // starttime counts from boot, suspended time included: CLOCK_BOOTTIME.
+  if (ticks_per_second <= 0 || ::clock_gettime(CLOCK_BOOTTIME, &now) != 0) return NAN;
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9 -
+         static_cast<double>(start_ticks) / static_cast<double>(ticks_per_second);
 }
 
 }  // namespace kiln

@@ -2,7 +2,8 @@
 //
 // Raw (the input starts with "KILNCKPT"): the input is the file. check()
 // names a problem or none, read() gives a validated file or throws
-// CheckpointError, and the two agree. A file that reads (the seeds, mostly:
+// CheckpointError, and the two agree; so does the directory listing's
+// read_checkpoint_head for a file that reads. A file that reads (the seeds, mostly:
 // mutations rarely keep the checksum) goes on as below.
 //
 // Sections (anything else): the input is a list of sections, written with
@@ -124,6 +125,20 @@ void use(const kiln::CheckpointFile& checkpoint, uint8_t flags) {
   }
 }
 
+// The directory listing's read of a file (read_checkpoint_head: header,
+// "meta", trailer; no checksum) agrees with the full read: a file read()
+// accepts is listed, with the same metadata, whenever it has a "meta"
+// section of plausible size. (The head may accept more: it does not verify
+// the checksum.)
+void agrees_with_head(const std::string& file, const kiln::CheckpointFile& checkpoint) {
+  if (!checkpoint.has("meta") || checkpoint.section("meta").size() > 64 * 1024) return;
+  try {
+    if (kiln::read_checkpoint_head(file).meta != checkpoint.section("meta")) __builtin_trap();
+  } catch (const kiln::CheckpointError&) {
+    __builtin_trap();  // the listing would skip a valid checkpoint
+  }
+}
+
 void raw(const uint8_t* data, size_t size) {
   const std::string file = kiln_fuzz::input_file(".ckpt", data, size);
   const auto problem = kiln::CheckpointFile::check(file);
@@ -135,6 +150,7 @@ void raw(const uint8_t* data, size_t size) {
     return;
   }
   if (problem) __builtin_trap();  // check() refused what read() accepts
+  agrees_with_head(file, *checkpoint);
   for (const auto& name : checkpoint->names()) {
     const std::string_view bytes = checkpoint->section(name);
     volatile uint8_t sink = 0;
@@ -164,7 +180,9 @@ void sections(const uint8_t* data, size_t size) {
     }
     writer.commit();
   }
-  use(kiln::CheckpointFile::read(file), flags);
+  const kiln::CheckpointFile checkpoint = kiln::CheckpointFile::read(file);
+  agrees_with_head(file, checkpoint);
+  use(checkpoint, flags);
 }
 
 }  // namespace

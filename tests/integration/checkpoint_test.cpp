@@ -139,6 +139,27 @@ TEST_F(BadCheckpoint, ResumeLastFallsBackToTheNewestValidCheckpoint) {
   EXPECT_NE(r.output.find("last.ckpt is missing or invalid; using"), std::string::npos) << r.output;
 }
 
+// The directory listing reads headers, not tensor data: a checkpoint whose
+// tensor bytes are corrupt is still found by `--resume last`, and refused
+// when resumed from (its checksum), in one line, exit 2, nothing written.
+TEST_F(BadCheckpoint, ResumeLastRefusesCorruptTensorBytesInOneLine) {
+  std::string bytes = read_file(good_);
+  bytes[bytes.size() / 2] ^= 0x10;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt_dir(dir_))) {
+    std::filesystem::remove(entry.path());  // hard links: replace, don't write through
+    write_file(entry.path(), bytes);
+  }
+  const std::string metrics_before = read_file(dir_ / "run" / "metrics.csv");
+  const ProcessResult r = kiln_fit(m_, {"--resume", "last"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const auto at = r.output.find("kiln: error: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_NE(line.find("--resume last: no valid checkpoint in"), std::string::npos) << line;
+  EXPECT_NE(line.find("checksum mismatch"), std::string::npos) << line;
+  EXPECT_EQ(read_file(dir_ / "run" / "metrics.csv"), metrics_before);
+}
+
 TEST(Checkpoint, TestEvaluatesTheCheckpointsWeights) {
   TempDir dir;
   const auto m = ckpt_manifest(dir, "every_n_epochs = 1");
