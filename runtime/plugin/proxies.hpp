@@ -42,13 +42,17 @@ class ModelProxy final : public StepModel {
 
 class DataModuleProxy {
  public:
-  explicit DataModuleProxy(PluginInstance& data) : data_(data) {}
+  // `activity` (may be null) is told when the main thread calls get_batch
+  // itself (trainer.prefetch = inline).
+  explicit DataModuleProxy(PluginInstance& data, Activity* activity = nullptr) : data_(data), activity_(activity) {}
   int64_t length(kiln_split split);
   [[noreturn]] void refuse(const std::string& hook, const std::string& message) const;
   PluginInstance& instance() { return data_; }
+  Activity* activity() const { return activity_; }
 
  private:
   PluginInstance& data_;
+  Activity* activity_;
 };
 
 class CallbackSet final : public EventSink {

@@ -385,9 +385,10 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     sampling.drop_last = m_.trainer.drop_last;
     sampling.rank = rank();
     sampling.world_size = world_size();
+    sampling.prefetch = m_.trainer.prefetch;
     sampling.prefetch_threads = m_.trainer.prefetch_threads;
     sampling.prefetch_depth = m_.trainer.prefetch_depth;
-    batches_.emplace(DataModuleProxy(session_->data()), sampling, device_);
+    batches_.emplace(DataModuleProxy(session_->data(), activity_), sampling, device_);
     // Mixed precision: the model's steps under autocast; the plugin is unchanged.
     StepModel* steps = &*model_;
     if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
