@@ -4,6 +4,7 @@
 // HookError naming plugin and hook.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,12 +58,18 @@ class DataModuleProxy {
 
 class CallbackSet final : public EventSink {
  public:
-  CallbackSet(const std::vector<std::unique_ptr<PluginInstance>>& callbacks, Activity* activity)
-      : callbacks_(callbacks), activity_(activity) {}
+  CallbackSet(const std::vector<std::unique_ptr<PluginInstance>>& callbacks, Activity* activity);
   void notify(Event event, const kiln_progress& progress) override;
 
  private:
-  const std::vector<std::unique_ptr<PluginInstance>>& callbacks_;
+  struct Hooked {
+    PluginInstance* callback;
+    kiln_callback_hook hook;
+  };
+  // Per event, the callbacks that implement its hook, in manifest order,
+  // found once: an event no callback implements (on_train_batch_end, every
+  // step, usually) costs a look at an empty list.
+  std::array<std::vector<Hooked>, static_cast<size_t>(Event::fit_end) + 1> hooked_;
   Activity* activity_;
 };
 
