@@ -11,8 +11,6 @@
 //
 // Splits: train = the first 60000 - val_size images of the training file,
 // val = the rest, test = the t10k file, predict = test.
-#include <algorithm>
-#include <array>
 #include <cstdint>
 #include <string>
 
@@ -27,10 +25,6 @@ namespace {
 
 constexpr const char* kId = "kiln.fashion_mnist";
 constexpr int64_t kSide = 28;
-constexpr int64_t kPixels = kSide * kSide;
-// Rows per chunk of a batch's gather: LibTorch's grain (elements below which
-// an op stays on one thread), in rows.
-constexpr int64_t kRowsPerTask = std::max<int64_t>(1, at::internal::GRAIN_SIZE / kPixels);
 constexpr int64_t kClasses = 10;
 // Mean and standard deviation of the training images' pixels, scaled to [0, 1].
 constexpr double kMean = 0.2860;
@@ -39,22 +33,9 @@ constexpr double kStd = 0.3530;
 // One split: images stay uint8 (a quarter of the memory of float32) and are
 // converted per batch, which costs little next to a training step.
 struct SplitData {
-  at::Tensor images;  // uint8 [N, 28, 28], contiguous
-  at::Tensor labels;  // int64 [N], contiguous
+  at::Tensor images;  // uint8 [N, 28, 28]
+  at::Tensor labels;  // int64 [N]
 };
-
-// The float value of each of the 256 pixel bytes. A pixel's value depends on
-// its byte alone, so the table is made by the very ATen ops a conversion of
-// the whole tensor would run (x.to(float) / 255, then (x - mean) / std):
-// looking a pixel up gives it bit for bit (the bench's like-for-like markers
-// match a hand-written loop that converts its whole training set).
-std::array<float, 256> pixel_values(bool normalize) {
-  at::Tensor values = at::arange(256, at::kInt).to(at::kByte).to(at::kFloat).div_(255.0);
-  if (normalize) values.sub_(kMean).div_(kStd);
-  std::array<float, 256> out;
-  std::copy_n(values.data_ptr<float>(), out.size(), out.begin());
-  return out;
-}
 
 class FashionMnist final : public kiln::DataModule {
  public:
@@ -63,8 +44,6 @@ class FashionMnist final : public kiln::DataModule {
     val_size_ = kiln_plugins::non_negative("val_size", config.get<int64_t>("val_size", 5000));
     normalize_ = config.get<bool>("normalize", false);
     flatten_ = config.get<bool>("flatten", true);
-    scaled_ = pixel_values(false);
-    normalized_ = pixel_values(true);
   }
 
   // Everything is loaded whatever the stage (about a second): length() is
@@ -93,37 +72,16 @@ class FashionMnist final : public kiln::DataModule {
   }
 
   // Read-only on tensors fixed in setup, hence KILN_DATA_CONCURRENT_GET_BATCH.
-  // One pass: each pixel's float is read from the table of the 256 values,
-  // each label copied, straight into the batch's tensors — no gathered uint8
-  // copy, no float temporaries, no per-op dispatch (a batch of 32 cost a
-  // third of what mlp32's step adds to its gather; bench/README.md).
   kiln::TensorMap get_batch(kiln::Split split, const int64_t* indices, size_t count) override {
     const SplitData& data = select(split);
     const int64_t size = data.labels.defined() ? data.labels.size(0) : 0;
-    kiln_plugins::check_sample_indices(indices, count, size);
+    const at::Tensor index = kiln_plugins::sample_index(indices, count, size);
     const int64_t n = static_cast<int64_t>(count);
 
-    at::Tensor input = at::empty({n, kPixels}, at::kFloat);
-    at::Tensor target = at::empty({n}, at::kLong);
-    if (n > 0) {
-      const uint8_t* images = data.images.data_ptr<uint8_t>();
-      const int64_t* labels = data.labels.data_ptr<int64_t>();
-      const float* value = (normalize_ ? normalized_ : scaled_).data();
-      float* out = input.data_ptr<float>();
-      int64_t* out_labels = target.data_ptr<int64_t>();
-      // In LibTorch's chunks of work: one intra-op thread on a prefetch
-      // thread, the step's threads when the host gathers inline.
-      at::parallel_for(0, n, kRowsPerTask, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const uint8_t* pixels = images + indices[i] * kPixels;
-          float* row = out + i * kPixels;
-          for (int64_t j = 0; j < kPixels; ++j) row[j] = value[pixels[j]];
-          out_labels[i] = labels[indices[i]];
-        }
-      });
-    }
-    if (!flatten_) input = input.reshape({n, 1, kSide, kSide});
-    return {{"input", input}, {"target", target}};
+    at::Tensor input = data.images.index_select(0, index).to(torch::kFloat).div_(255.0);
+    if (normalize_) input.sub_(kMean).div_(kStd);
+    input = flatten_ ? input.reshape({n, kSide * kSide}) : input.reshape({n, 1, kSide, kSide});
+    return {{"input", input}, {"target", data.labels.index_select(0, index)}};
   }
 
  private:
@@ -142,12 +100,11 @@ class FashionMnist final : public kiln::DataModule {
     const std::string labels_path = root_ + "/" + labels_file;
     SplitData data;
     try {
-      data.images = kiln_fashion_mnist::read_idx(images_path, kiln_fashion_mnist::kIdxImagesMagic).contiguous();
+      data.images = kiln_fashion_mnist::read_idx(images_path, kiln_fashion_mnist::kIdxImagesMagic);
       if (data.images.dim() != 3 || data.images.size(1) != kSide || data.images.size(2) != kSide)
         throw kiln_fashion_mnist::IdxError("'" + images_path + "' does not hold 28x28 images");
       data.labels = kiln_fashion_mnist::read_idx(labels_path, kiln_fashion_mnist::kIdxLabelsMagic)
-                        .to(torch::kLong)
-                        .contiguous();
+                        .to(torch::kLong);
       if (data.labels.size(0) != data.images.size(0))
         throw kiln_fashion_mnist::IdxError(
             "'" + labels_path + "' has " + std::to_string(data.labels.size(0)) + " labels but '" +
@@ -167,7 +124,6 @@ class FashionMnist final : public kiln::DataModule {
   int64_t val_size_ = 0;
   bool normalize_ = false;
   bool flatten_ = true;
-  std::array<float, 256> scaled_{}, normalized_{};  // by pixel byte: x / 255, and normalized
   SplitData train_, val_, test_;
 };
 
