@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # kiln versus a hand-written LibTorch loop on the reference benchmark
-# (shared/bench-definition.md), alternating the two in one run and quoting
-# medians. Usage: bench/run.sh [rounds] [threads...]   (default: 3 rounds, 1 2)
+# (shared/bench-definition.md), alternating the two in one run (the side that
+# goes first swaps every round) and quoting medians. kiln runs with its
+# defaults on: progress lines, metrics.csv, a checkpoint each epoch
+# (bench/mlp*.toml), trainer.prefetch = auto.
+# Usage: bench/run.sh [rounds] [threads...]   (default: 3 rounds, 1 2)
 # Run it on an otherwise idle machine; timings are not tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,32 +17,50 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+peak_kb() { awk -F: '/Maximum resident/ {gsub(/ /, "", $2); print $2}' "$1"; }
 
+run_hand() {  # model threads
+  /usr/bin/time -v -o "$out/hand.time" "$build/bin/bench_hand_loop" "$1" "$2" >"$out/hand.log" 2>&1
+  grep '^epoch' "$out/hand.log" | awk '{print $4}' >>"$out/hand.$1.$2"
+  peak_kb "$out/hand.time" >>"$out/hand.rss.$1.$2"
+}
+run_kiln() {  # model threads
+  rm -rf "$out/run"
+  /usr/bin/time -v -o "$out/kiln.time" "$build/bin/kiln" fit "bench/$1.toml" --set run.threads="$2" \
+    --set run.log_level=debug --set run.dir="$out/run" >"$out/kiln.log" 2>&1 </dev/null
+  awk -F, 'NR==1{for(i=1;i<=NF;i++) if($i=="epoch_seconds") c=i; next} c && $c!="" {print $c}' \
+    "$out/run/metrics.csv" >>"$out/kiln.$1.$2"
+  peak_kb "$out/kiln.time" >>"$out/kiln.rss.$1.$2"
+}
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+rows=()
 for model in mlp256 mlp32; do
   for t in "${threads[@]}"; do
-    : >"$out/hand.$model.$t"; : >"$out/kiln.$model.$t"
+    : >"$out/hand.$model.$t"; : >"$out/kiln.$model.$t"; : >"$out/hand.rss.$model.$t"; : >"$out/kiln.rss.$model.$t"
     for r in $(seq 1 "$rounds"); do
-      /usr/bin/time -v "$build/bin/bench_hand_loop" "$model" "$t" >"$out/hand.log" 2>"$out/hand.time"
-      grep '^epoch' "$out/hand.log" | awk '{print $4}' >>"$out/hand.$model.$t"
-      /usr/bin/time -v -o "$out/kiln.time" "$build/bin/kiln" fit "bench/$model.toml" --set run.threads="$t" \
-        --set run.log_level=debug --set run.dir="$out/run" >"$out/kiln.log" 2>&1 </dev/null
-      awk -F, 'NR==1{for(i=1;i<=NF;i++) if($i=="epoch_seconds") c=i; next} c && $c!="" {print $c}' \
-        "$out/run/metrics.csv" >>"$out/kiln.$model.$t"
+      if [ $((r % 2)) = 1 ]; then run_hand "$model" "$t"; run_kiln "$model" "$t"; else run_kiln "$model" "$t"; run_hand "$model" "$t"; fi
       if [ "$r" = 1 ]; then
         echo "== $model, $t thread(s): like-for-like markers (hand loop | kiln)"
         grep -E 'initial parameter sum|order starts|last batch loss|test accuracy' "$out/hand.log" | sed 's/^/  hand: /'
         grep -E 'initial parameter sum|order starts' "$out/kiln.log" | sed 's/.*debug /  kiln: /'
-        grep -E 'epoch 2 batch' "$out/kiln.log" | sed 's/.*info /  kiln: last /'
+        grep -E 'epoch 2 batch' "$out/kiln.log" | tail -1 | sed 's/.*info /  kiln: last /'
         grep -E '^\S+ info test:' "$out/kiln.log" | sed 's/.*info /  kiln: /'
         grep -E 'BLAS' "$out/kiln.log" | sed 's/.*BLAS /  BLAS: /; s/, run dir.*//'
-        echo "  peak RSS: hand$(awk -F: '/Maximum resident/ {print $2}' "$out/hand.time") kB," \
-             "kiln$(awk -F: '/Maximum resident/ {print $2}' "$out/kiln.time") kB"
+        grep -E 'trainer.prefetch = auto' "$out/kiln.log" | sed 's/.*info /  kiln: /' || true
       fi
     done
-    hand=$(median <"$out/hand.$model.$t")
-    kiln=$(median <"$out/kiln.$model.$t")
-    awk -v m="$model" -v t="$t" -v h="$hand" -v k="$kiln" -v n="$rounds" 'BEGIN {
-      printf "%s threads=%s: hand %.3f s/epoch, kiln %.3f s/epoch (medians of %d epochs), kiln/hand = %.3f\n",
-             m, t, h, k, 3*n, k/h }'
+    hand_s=$(median <"$out/hand.$model.$t")
+    kiln_s=$(median <"$out/kiln.$model.$t")
+    hand_mb=$(median <"$out/hand.rss.$model.$t")
+    kiln_mb=$(median <"$out/kiln.rss.$model.$t")
+    rows+=("$(awk -v m="$model" -v t="$t" -v h="$hand_s" -v k="$kiln_s" -v hm="$hand_mb" -v km="$kiln_mb" 'BEGIN {
+      printf "| %s | %s | %.3f | %.3f | %.3f | %.0f / %.0f |", m, t, h, k, k/h, hm/1024, km/1024 }')")
   done
 done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "medians of $((3 * rounds)) epochs per cell; peak RSS: median over rounds"
+echo "| model | threads | hand loop s/epoch | kiln s/epoch | kiln / hand | peak RSS MiB hand / kiln |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"

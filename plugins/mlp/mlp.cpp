@@ -48,7 +48,9 @@ class Mlp final : public kiln_plugins::Classifier {
 
  protected:
   at::Tensor forward(const at::Tensor& input) override {
-    at::Tensor x = input.reshape({input.size(0), -1});
+    // Already flat (the usual [N, features] batch): used as is; a reshape
+    // would still build a view per step.
+    at::Tensor x = input.dim() == 2 ? input : input.reshape({input.size(0), -1});
     if (x.size(1) != in_features_)
       throw std::runtime_error(
           "input has " + std::to_string(x.size(1)) +

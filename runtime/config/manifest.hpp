@@ -64,6 +64,7 @@ struct TrainerConfig {
   int64_t fast_dev_run = 0;         // N > 0: N batches of train/val/test, 1 epoch, no checkpoints
   bool shuffle = true;
   bool drop_last = false;
+  PrefetchPolicy prefetch = PrefetchPolicy::automatic;  // get_batch on a thread, inline, or measured
   int prefetch_threads = 1;         // threads calling get_batch
   int prefetch_depth = 4;           // batches in flight
   int64_t log_every_n_steps = 50;

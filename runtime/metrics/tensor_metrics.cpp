@@ -23,7 +23,16 @@ double combine(uint32_t reduce, double a, double b) {
 
 }  // namespace
 
-void TensorMetrics::record(const std::string& name, const at::Tensor& value, double weight, uint32_t flags) {
+TensorMetrics::Key TensorMetrics::key(const std::string& name) {
+  auto [it, inserted] = by_name_.try_emplace(name, entries_.size());
+  if (inserted) entries_.push_back(Entry{name, {}});
+  Key key;
+  key.index_ = it->second;
+  return key;
+}
+
+void TensorMetrics::record(Key key, const at::Tensor& value, double weight, uint32_t flags) {
+  const std::string& name = entries_.at(key.index_).name;
   if (!value.defined() || value.numel() != 1)
     throw std::invalid_argument("metric '" + name + "' must be a tensor of one element");
   // A complex value has no place in a mean or a max; read at once it would
@@ -43,9 +52,9 @@ void TensorMetrics::record(const std::string& name, const at::Tensor& value, dou
   // max or min after the fact (abi.h: the value is taken at the call).
   const at::Tensor v =
       at_once ? at::Tensor() : value.detach().reshape({}).to(at::kDouble, /*non_blocking=*/false, /*copy=*/true);
-  auto [it, inserted] = pending_.try_emplace(name);
-  Accumulator& a = it->second;
-  if (inserted) {
+  Accumulator& a = entries_[key.index_].pending;
+  if (a.count == 0) {
+    ++pending_count_;
     a.flags = flags;
     a.reduce = reduce;
   } else if (a.reduce != reduce) {
@@ -73,9 +82,17 @@ void TensorMetrics::record(const std::string& name, const at::Tensor& value, dou
 }
 
 void TensorMetrics::flush_into(MetricStore& store) {
-  if (pending_.empty()) return;
+  if (pending_count_ == 0) return;
+  // In name order, as the metrics were kept before keys (the first error
+  // reported is the same).
   std::map<std::string, Accumulator> pending;
-  pending.swap(pending_);
+  for (const auto& [name, index] : by_name_) {
+    Accumulator& a = entries_[index].pending;
+    if (a.count == 0) continue;
+    pending.emplace(name, std::move(a));
+    a = Accumulator{};
+  }
+  pending_count_ = 0;
   // Everything left on devices comes over in one copy per device:
   // [sum_0, extreme_0, sum_1, ...].
   std::map<std::string, std::pair<double, double>> read;

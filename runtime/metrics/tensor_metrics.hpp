@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -24,17 +25,29 @@ class TensorMetrics {
  public:
   explicit TensorMetrics(bool defer_cpu = false) : defer_cpu_(defer_cpu) {}
 
+  // A metric's name, looked up once: what records every step (the host's
+  // train/loss) records by key, without a string lookup per step. A key
+  // stays valid for the object's life, across flushes.
+  class Key {
+    friend class TensorMetrics;
+    size_t index_ = 0;
+  };
+  Key key(const std::string& name);
+
   // Adds `value` (one element, any device, floating or integer) with
   // `weight`. Queues device work only; never synchronises. Throws
   // std::invalid_argument for a tensor that is not one element or is complex,
   // or a reduction that differs from the name's earlier one in this epoch.
-  void record(const std::string& name, const at::Tensor& value, double weight, uint32_t flags);
+  void record(Key key, const at::Tensor& value, double weight, uint32_t flags);
+  void record(const std::string& name, const at::Tensor& value, double weight, uint32_t flags) {
+    record(key(name), value, weight, flags);
+  }
 
   // A log point: reads every pending metric (one device-to-host copy for all
   // of them) and hands it to `store`.
   void flush_into(MetricStore& store);
 
-  bool empty() const { return pending_.empty(); }
+  bool empty() const { return pending_count_ == 0; }
   // Device-to-host reads so far (for tests: reads per epoch, not per step).
   int64_t device_reads() const { return device_reads_; }
 
@@ -43,15 +56,21 @@ class TensorMetrics {
     uint32_t flags = 0;
     uint32_t reduce = 0;
     double weight = 0;
-    int64_t count = 0;
+    int64_t count = 0;  // 0: nothing pending
     // Values read at once (host memory).
     double host_sum = 0, host_extreme = 0;
     int64_t host_count = 0;
     // Values left where they live: float64 on their device.
     at::Tensor device_sum, device_extreme;
   };
+  struct Entry {
+    std::string name;
+    Accumulator pending;
+  };
   bool defer_cpu_;
-  std::map<std::string, Accumulator> pending_;
+  std::vector<Entry> entries_;              // by key
+  std::map<std::string, size_t> by_name_;  // name -> key; also the flush order
+  size_t pending_count_ = 0;               // entries with something recorded
   int64_t device_reads_ = 0;
 };
 

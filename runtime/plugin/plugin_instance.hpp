@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -58,10 +59,18 @@ class PluginInstance {
     std::shared_ptr<PluginLibrary> library;
     std::shared_ptr<PluginHost> host;
     std::shared_ptr<std::atomic<int>> in_flight;
+    // Held around get_batch by every host thread that calls it (the prefetch
+    // threads of every open stream, the main thread gathering inline) when
+    // the data module does not set KILN_DATA_CONCURRENT_GET_BATCH: one call
+    // at a time per instance, not per stream (a validation inside an epoch
+    // opens a second stream while the first is still fetching).
+    std::shared_ptr<std::mutex> serial;
     const kiln_descriptor* descriptor;
     kiln_instance* instance;
   };
-  KeepAlive keep_alive() const { return {plugin_.library, host_, in_flight_, plugin_.descriptor, instance_}; }
+  KeepAlive keep_alive() const {
+    return {plugin_.library, host_, in_flight_, serial_, plugin_.descriptor, instance_};
+  }
   // Calls made through keep_alive() that have not returned yet.
   int calls_in_flight() const { return in_flight_->load(); }
 
@@ -76,6 +85,7 @@ class PluginInstance {
   std::string config_toml_;
   std::shared_ptr<PluginHost> host_;
   std::shared_ptr<std::atomic<int>> in_flight_ = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::mutex> serial_ = std::make_shared<std::mutex>();
   kiln_instance* instance_ = nullptr;
   bool setup_entered_ = false;
   bool torn_down_ = false;

@@ -108,14 +108,23 @@ void DataModuleProxy::refuse(const std::string& hook, const std::string& message
   throw HookError(data_.id(), "data", hook, message);
 }
 
+CallbackSet::CallbackSet(const std::vector<std::unique_ptr<PluginInstance>>& callbacks, Activity* activity)
+    : activity_(activity) {
+  for (size_t e = 0; e < hooked_.size(); ++e) {
+    const CallbackHook hook = hook_of(static_cast<Event>(e));
+    for (const auto& cb : callbacks)
+      if (kiln_callback_hook fn = cb->plugin().callback_hooks().*hook) hooked_[e].push_back({cb.get(), fn});
+  }
+}
+
 void CallbackSet::notify(Event event, const kiln_progress& progress) {
-  const CallbackHook hook = hook_of(event);
+  const auto& hooked = hooked_[static_cast<size_t>(event)];
+  if (hooked.empty()) return;
   const char* name = event_name(event);
-  for (const auto& cb : callbacks_)
-    if (kiln_callback_hook fn = cb->plugin().callback_hooks().*hook) {
-      InHook in(activity_, name);
-      cb->check(fn(cb->instance(), &progress), name);
-    }
+  for (const Hooked& h : hooked) {
+    InHook in(activity_, name);
+    h.callback->check(h.hook(h.callback->instance(), &progress), name);
+  }
 }
 
 std::map<std::string, std::string> save_plugin_state(const PluginInstance& plugin) {

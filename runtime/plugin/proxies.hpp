@@ -4,6 +4,7 @@
 // HookError naming plugin and hook.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,23 +43,33 @@ class ModelProxy final : public StepModel {
 
 class DataModuleProxy {
  public:
-  explicit DataModuleProxy(PluginInstance& data) : data_(data) {}
+  // `activity` (may be null) is told when the main thread calls get_batch
+  // itself (trainer.prefetch = inline).
+  explicit DataModuleProxy(PluginInstance& data, Activity* activity = nullptr) : data_(data), activity_(activity) {}
   int64_t length(kiln_split split);
   [[noreturn]] void refuse(const std::string& hook, const std::string& message) const;
   PluginInstance& instance() { return data_; }
+  Activity* activity() const { return activity_; }
 
  private:
   PluginInstance& data_;
+  Activity* activity_;
 };
 
 class CallbackSet final : public EventSink {
  public:
-  CallbackSet(const std::vector<std::unique_ptr<PluginInstance>>& callbacks, Activity* activity)
-      : callbacks_(callbacks), activity_(activity) {}
+  CallbackSet(const std::vector<std::unique_ptr<PluginInstance>>& callbacks, Activity* activity);
   void notify(Event event, const kiln_progress& progress) override;
 
  private:
-  const std::vector<std::unique_ptr<PluginInstance>>& callbacks_;
+  struct Hooked {
+    PluginInstance* callback;
+    kiln_callback_hook hook;
+  };
+  // Per event, the callbacks that implement its hook, in manifest order,
+  // found once: an event no callback implements (on_train_batch_end, every
+  // step, usually) costs a look at an empty list.
+  std::array<std::vector<Hooked>, static_cast<size_t>(Event::fit_end) + 1> hooked_;
   Activity* activity_;
 };
 

@@ -29,14 +29,15 @@ TrainingMonitors::TrainingMonitors(int64_t log_every_n_steps, int32_t world_size
 void TrainingMonitors::attach(const torch::optim::Optimizer& optimizer) {
   optimizer_ = &optimizer;
   optimizer_class_ = optimizer_class_name(optimizer);
-  rates_next_ = rates_used_ = learning_rates();
+  read_learning_rates(rates_next_);
+  rates_used_ = rates_next_;
 }
 
-std::vector<double> TrainingMonitors::learning_rates() const {
-  std::vector<double> rates;
-  if (!optimizer_) return rates;
+// Into a vector kept between steps: no allocation per step.
+void TrainingMonitors::read_learning_rates(std::vector<double>& rates) const {
+  rates.clear();
+  if (!optimizer_) return;
   for (const auto& group : optimizer_->param_groups()) rates.push_back(group.options().get_lr());
-  return rates;
 }
 
 void TrainingMonitors::add_rates(std::map<std::string, double>& row, const std::vector<double>& rates,
@@ -45,7 +46,9 @@ void TrainingMonitors::add_rates(std::map<std::string, double>& row, const std::
 }
 
 void TrainingMonitors::on_batch(const at::Tensor& loss, int64_t rows) {
-  last_loss_ = loss.detach();  // no read-back: a step row reads it, if one is due
+  // No read-back: a step row reads it, if one is due. The loop hands over a
+  // loss it already detached; another detach would be a new tensor per step.
+  last_loss_ = loss.requires_grad() ? loss.detach() : loss;
   batch_samples_ += rows * world_size_;
 }
 
@@ -53,7 +56,7 @@ void TrainingMonitors::on_epoch_start(Clock::time_point now) {
   epoch_start_ = window_start_ = last_step_end_ = now;
   epoch_steps_ = epoch_samples_ = window_steps_ = window_samples_ = batch_samples_ = 0;
   // A per-epoch schedule has just set this epoch's rate.
-  rates_next_ = learning_rates();
+  read_learning_rates(rates_next_);
 }
 
 std::optional<std::map<std::string, double>> TrainingMonitors::on_step_end(int64_t global_step, Clock::time_point now) {
@@ -65,8 +68,8 @@ std::optional<std::map<std::string, double>> TrainingMonitors::on_step_end(int64
   batch_samples_ = 0;
   // The rate this step used was read before it; a per-step schedule has
   // already set the next one.
-  rates_used_ = rates_next_;
-  rates_next_ = learning_rates();
+  std::swap(rates_used_, rates_next_);
+  read_learning_rates(rates_next_);
   if (global_step % every_ != 0) return std::nullopt;
 
   std::map<std::string, double> row;

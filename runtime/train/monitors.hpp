@@ -56,7 +56,7 @@ class TrainingMonitors {
   std::map<std::string, double> epoch_values() const;
 
  private:
-  std::vector<double> learning_rates() const;
+  void read_learning_rates(std::vector<double>& rates) const;
   void add_rates(std::map<std::string, double>& row, const std::vector<double>& rates, const char* suffix) const;
 
   int64_t every_;

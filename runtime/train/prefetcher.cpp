@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
-#include <map>
 #include <mutex>
+#include <stdexcept>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
+
+#include "util/activity.hpp"
 
 // Weak: the host needs no OpenMP at link time; it resolves at run time to the
 // OpenMP runtime LibTorch loaded, and stays NULL for a LibTorch without one.
@@ -27,61 +30,103 @@ void use_one_intra_op_thread() {
   if (omp_set_num_threads != nullptr) omp_set_num_threads(1);
 }
 
+bool serialized(const PluginInstance::KeepAlive& keep) {
+  return (keep.descriptor->flags & KILN_DATA_CONCURRENT_GET_BATCH) == 0;
+}
+
+// The call itself, counted in flight (so cleanup can tell a call is running).
+kiln_error* call_get_batch(const PluginInstance::KeepAlive& keep, kiln_split split, const BatchPlan& plan, size_t b,
+                           kiln_batch** out) {
+  const auto& hooks = *static_cast<const kiln_data_hooks*>(keep.descriptor->hooks);
+  std::unique_lock<std::mutex> call_lock(*keep.serial, std::defer_lock);
+  if (serialized(keep)) call_lock.lock();
+  keep.in_flight->fetch_add(1);
+  kiln_error* error = hooks.get_batch(keep.instance, split, plan.batch(b), plan.batch_size(b), out);
+  keep.in_flight->fetch_sub(1);
+  return error;
+}
+
+// A call's result as the loop takes it: the error (HookError naming the data
+// module) or the batch, prepared.
+BatchPtr accept(const BatchRequest& request, kiln_error* error, kiln_batch* out) {
+  BatchPtr batch(out);
+  request.data.check(error, "get_batch");
+  if (!batch) request.data.check(make_error("get_batch returned no batch"), "get_batch");
+  if (request.prepare) request.prepare(*batch);
+  return batch;
+}
+
 }  // namespace
+
+BatchPtr gather_inline(const BatchRequest& request, size_t b, Activity* activity) {
+  const PluginInstance::KeepAlive keep = request.data.keep_alive();
+  kiln_batch* out = nullptr;
+  kiln_error* error;
+  {
+    InHook in(activity, "get_batch");
+    error = call_get_batch(keep, request.split, *request.plan, b, &out);
+  }
+  return accept(request, error, out);
+}
 
 struct Prefetcher::State {
   struct Slot {
     BatchPtr batch;
     std::exception_ptr error;
+    bool ready = false;
   };
 
-  State(const PluginInstance& data, kiln_split split, BatchPlan plan, size_t depth,
-        std::function<void(kiln_batch&)> prepare)
-      : data(data), keep(data.keep_alive()), split(split), plan(std::move(plan)), depth(depth),
-        serialize((data.plugin().descriptor->flags & KILN_DATA_CONCURRENT_GET_BATCH) == 0),
-        prepare(std::move(prepare)) {}
+  State(BatchRequest request, size_t first, size_t last, size_t depth)
+      : request(std::move(request)),
+        keep(this->request.data.keep_alive()),
+        first(std::min(first, this->request.plan->size())),
+        last(std::clamp(last, this->first, this->request.plan->size())),
+        depth(depth),
+        low_water(depth / 2),
+        ring(depth),
+        next_to_claim(this->first),
+        next_to_take(this->first) {}
 
-  const PluginInstance& data;  // not to be touched once abandoned
+  const BatchRequest request;  // its PluginInstance is not to be touched once abandoned
   const PluginInstance::KeepAlive keep;
-  const kiln_split split;
-  const BatchPlan plan;
+  const size_t first, last;
   const size_t depth;
-  const bool serialize;
-  const std::function<void(kiln_batch&)> prepare;
+  // Workers that found the ring full sleep until only this many batches are
+  // in flight, then refill it in one go: the consumer wakes them once every
+  // depth - low_water batches, not after every batch it takes (a wake-up is
+  // a system call, and on a busy machine a context switch, per step).
+  const size_t low_water;
 
   std::mutex mutex;
-  std::condition_variable ready, room, exited;
-  std::mutex call_mutex;  // serializes get_batch when the plugin is not concurrent
-  size_t next_to_claim = 0, next_to_take = 0;
-  std::map<size_t, Slot> done;
+  std::condition_variable ready_cv, room_cv, exited_cv;
+  std::vector<Slot> ring;  // batch b in ring[(b - first) % depth]
+  size_t next_to_claim, next_to_take;
+  int sleeping = 0;               // workers waiting for room
+  bool consumer_waiting = false;  // the main thread waits for a batch
   bool stopping = false;
   bool abandoned = false;  // the owner is gone: drop results, touch nothing of the plugin's
   int running = 0;
 
+  Slot& slot(size_t b) { return ring[(b - first) % depth]; }
   void work();
 };
 
 void Prefetcher::State::work() {
   use_one_intra_op_thread();
-  const auto& hooks = *static_cast<const kiln_data_hooks*>(keep.descriptor->hooks);
   for (;;) {
     size_t b;
     {
       std::unique_lock<std::mutex> lock(mutex);
-      room.wait(lock, [&] { return stopping || next_to_claim >= plan.size() || next_to_claim < next_to_take + depth; });
-      if (stopping || next_to_claim >= plan.size()) break;
+      while (!(stopping || next_to_claim >= last || next_to_claim < next_to_take + depth)) {
+        ++sleeping;
+        room_cv.wait(lock);
+        --sleeping;
+      }
+      if (stopping || next_to_claim >= last) break;
       b = next_to_claim++;
     }
     kiln_batch* out = nullptr;
-    kiln_error* error;
-    {
-      std::unique_lock<std::mutex> call_lock(call_mutex, std::defer_lock);
-      if (serialize) call_lock.lock();
-      keep.in_flight->fetch_add(1);
-      error = hooks.get_batch(keep.instance, split, plan.batch(b), plan.batch_size(b), &out);
-      keep.in_flight->fetch_sub(1);
-    }
-    Slot slot;
+    kiln_error* error = call_get_batch(keep, request.split, *request.plan, b, &out);
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (abandoned) {
@@ -91,31 +136,31 @@ void Prefetcher::State::work() {
         break;
       }
     }
+    Slot done;
     try {
-      data.check(error, "get_batch");
-      if (out == nullptr) data.check(make_error("get_batch returned no batch"), "get_batch");
-      slot.batch.reset(out);
-      if (prepare) prepare(*slot.batch);
+      done.batch = accept(request, error, out);
     } catch (...) {
-      slot.error = std::current_exception();
+      done.error = std::current_exception();
     }
+    done.ready = true;
+    bool wake;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      done.emplace(b, std::move(slot));
+      slot(b) = std::move(done);
+      wake = consumer_waiting;
     }
-    ready.notify_all();
+    if (wake) ready_cv.notify_all();
   }
   std::lock_guard<std::mutex> lock(mutex);
   --running;
-  exited.notify_all();
+  exited_cv.notify_all();
 }
 
-Prefetcher::Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth,
-                       std::function<void(kiln_batch&)> prepare)
-    : state_(std::make_shared<State>(data, split, std::move(plan), static_cast<size_t>(std::max(1, depth)),
-                                     std::move(prepare))),
+Prefetcher::Prefetcher(BatchRequest request, size_t first, size_t last, int threads, int depth)
+    : state_(std::make_shared<State>(std::move(request), first, last, static_cast<size_t>(std::max(1, depth)))),
       uncaught_at_construction_(std::uncaught_exceptions()) {
-  const int count = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(state_->plan.size(), 1))));
+  const size_t batches = state_->last - state_->first;
+  const int count = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(batches, 1))));
   state_->running = count;
   for (int i = 0; i < count; ++i) {
     // Each thread owns a reference: an abandoned thread keeps the state alive.
@@ -123,40 +168,52 @@ Prefetcher::Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan p
   }
 }
 
+Prefetcher::Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth,
+                       std::function<void(kiln_batch&)> prepare)
+    : Prefetcher(BatchRequest{data, split, std::make_shared<const BatchPlan>(std::move(plan)), std::move(prepare)},
+                 0, SIZE_MAX, threads, depth) {}
+
 Prefetcher::~Prefetcher() {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   s.stopping = true;
-  s.room.notify_all();
+  s.room_cv.notify_all();
   // A normal end waits for calls in flight, however slow; an end by an
   // exception (a failed step, an interruption) waits a bounded time, so the
   // error is reported and cleanup begins even if get_batch is stuck.
   const bool unwinding = std::uncaught_exceptions() > uncaught_at_construction_;
   if (!unwinding) {
-    s.exited.wait(lock, [&] { return s.running == 0; });
-  } else if (!s.exited.wait_for(lock, kAbandonAfter, [&] { return s.running == 0; })) {
+    s.exited_cv.wait(lock, [&] { return s.running == 0; });
+  } else if (!s.exited_cv.wait_for(lock, kAbandonAfter, [&] { return s.running == 0; })) {
     s.abandoned = true;
     spdlog::warn("data module '{}': get_batch has not returned for {} s after the run failed; its prefetch "
                  "thread is abandoned (teardown may run while it is still inside get_batch)",
-                 s.data.id(), kAbandonAfter.count());
+                 s.request.data.id(), kAbandonAfter.count());
   }
-  s.done.clear();  // batches not taken, freed here (host memory only)
+  for (auto& slot : s.ring) slot = State::Slot{};  // batches not taken, freed here (host memory only)
 }
 
-size_t Prefetcher::size() const { return state_->plan.size(); }
+size_t Prefetcher::size() const { return state_->last - state_->first; }
 
 BatchPtr Prefetcher::next() {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   const size_t b = s.next_to_take;
-  s.ready.wait(lock, [&] { return s.done.count(b) > 0; });
-  State::Slot slot = std::move(s.done.at(b));
-  s.done.erase(b);
+  if (b >= s.last) throw std::logic_error("Prefetcher::next past its last batch");
+  State::Slot& slot = s.slot(b);
+  if (!slot.ready) {
+    s.consumer_waiting = true;
+    s.ready_cv.wait(lock, [&] { return slot.ready; });
+    s.consumer_waiting = false;
+  }
+  State::Slot taken = std::move(slot);
+  slot = State::Slot{};
   ++s.next_to_take;
+  const bool wake = s.sleeping > 0 && s.next_to_claim - s.next_to_take <= s.low_water;
   lock.unlock();
-  s.room.notify_all();
-  if (slot.error) std::rethrow_exception(slot.error);
-  return std::move(slot.batch);
+  if (wake) s.room_cv.notify_all();
+  if (taken.error) std::rethrow_exception(taken.error);
+  return std::move(taken.batch);
 }
 
 }  // namespace kiln

@@ -2,6 +2,8 @@
 // step, and hands batches back in plan order. Without
 // KILN_DATA_CONCURRENT_GET_BATCH one thread calls it at a time. An error from
 // get_batch is rethrown on the main thread when its batch is taken.
+// `gather_inline` makes the same call on the calling thread instead (the
+// main thread, trainer.prefetch = "inline"), with the same checks.
 //
 // When the run fails (the prefetcher is destroyed while an exception unwinds)
 // a get_batch call that does not return within kAbandonAfter is abandoned:
@@ -24,19 +26,39 @@
 
 namespace kiln {
 
+class Activity;
+
+// What every get_batch call of one stream shares: the data module, the
+// split, the epoch's plan, and what runs on each batch before it is handed
+// over (`prepare`: the batch mover's pinning; it may throw, as get_batch).
+struct BatchRequest {
+  const PluginInstance& data;
+  kiln_split split;
+  std::shared_ptr<const BatchPlan> plan;
+  std::function<void(kiln_batch&)> prepare;
+};
+
+// Batch `b` of the plan, fetched on this thread: get_batch (serialized with
+// every other caller unless the plugin is concurrent), checked and prepared.
+// A failure throws HookError naming the data module and get_batch.
+// `activity` (may be null) is told the main thread is inside get_batch.
+BatchPtr gather_inline(const BatchRequest& request, size_t b, Activity* activity);
+
 class Prefetcher {
  public:
   static constexpr std::chrono::seconds kAbandonAfter{2};
 
-  // `prepare`, when given, runs on the prefetch thread on each batch before
-  // it is handed over (the batch mover's pinning); it may throw, as get_batch.
+  // Fetches batches [first, last) of the request's plan on `threads` threads,
+  // at most `depth` ahead of the batch taken last.
+  Prefetcher(BatchRequest request, size_t first, size_t last, int threads, int depth);
+  // The whole plan.
   Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth,
              std::function<void(kiln_batch&)> prepare = {});
   ~Prefetcher();  // stops the workers and frees batches not taken
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
 
-  size_t size() const;
+  size_t size() const;  // batches in its range
   // The next batch in plan order; blocks until it is ready.
   BatchPtr next();
 

@@ -1,5 +1,9 @@
 #include "train/sampled_batches.hpp"
 
+#include <chrono>
+#include <vector>
+
+#include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
 #include "device/batch_mover.hpp"
@@ -25,42 +29,120 @@ SamplerOptions sampler_options(const SamplingSettings& s, kiln_split split, cons
   return options;
 }
 
-class Prefetched final : public BatchStream {
+// One epoch of one split, as a run of segments, each fetched one way: on
+// prefetch threads (a Prefetcher over the segment's batches) or inline. With
+// a trial, the segments are its warm-up and windows, then the rest of the
+// epoch; without, the epoch is one segment.
+class Fetched final : public BatchStream {
  public:
-  Prefetched(const PluginInstance& data, kiln_split split, BatchPlan plan, const SamplingSettings& s,
-             c10::Device device)
+  using Clock = std::chrono::steady_clock;
+
+  Fetched(BatchRequest request, const SamplingSettings& s, c10::Device device, FetchMode mode, FetchTrial* trial,
+          Activity* activity)
       : mover_(std::make_shared<BatchMover>(device)),
-        prefetcher_(data, split, std::move(plan), s.prefetch_threads, s.prefetch_depth,
-                    mover_->moves() ? [mover = mover_](kiln_batch& b) { mover->pin(b); }
-                                    : std::function<void(kiln_batch&)>()),
-        left_(static_cast<int64_t>(prefetcher_.size())) {}
-  int64_t size() const override { return static_cast<int64_t>(prefetcher_.size()); }
+        request_(std::move(request)),
+        settings_(s),
+        mode_(mode),
+        trial_(trial),
+        activity_(activity),
+        size_(request_.plan->size()) {
+    if (mover_->moves()) request_.prepare = [mover = mover_](kiln_batch& b) { mover->pin(b); };
+  }
+  int64_t size() const override { return static_cast<int64_t>(size_); }
   BatchPtr next() override {
-    --left_;
-    if (!mover_->moves()) return prefetcher_.next();
+    if (!mover_->moves()) return fetch();
     if (!staged_) stage();
     BatchPtr batch = std::move(staged_);
     mover_->finish(*batch);
     // The next batch's copy is issued now, before this batch's step: it runs
     // on the copy stream while the GPU computes this one.
-    if (left_ > 0) stage();
+    if (fetched_ < size_) stage();
     return batch;
   }
 
  private:
   void stage() {
-    staged_ = prefetcher_.next();
+    staged_ = fetch();
     mover_->start(*staged_);
+  }
+
+  BatchPtr fetch() {
+    if (fetched_ == segment_end_) open_segment();
+    // A window times each step from the entry here to the next: the gather
+    // (or the wait for the prefetch thread) and the step. Its first step
+    // (the thread's start) and its last (whose gather is the next
+    // segment's) are left out.
+    if (timed_ && fetched_ > segment_begin_) {
+      stamps_.push_back(Clock::now());
+      if (fetched_ + 1 == segment_end_) end_window();
+    }
+    BatchPtr batch = prefetcher_ ? prefetcher_->next() : gather_inline(request_, fetched_, activity_);
+    ++fetched_;
+    return batch;
+  }
+
+  void open_segment() {
+    prefetcher_.reset();  // all its batches taken: its threads have ended or are ending
+    FetchTrial::Segment segment{mode_, size_ - fetched_, false};
+    if (trial_ && trial_->running()) segment = trial_->next_segment(fetched_, size_ - fetched_);
+    segment_begin_ = fetched_;
+    segment_end_ = fetched_ + segment.length;
+    segment_mode_ = segment.mode;
+    timed_ = segment.timed;
+    stamps_.clear();
+    if (segment.mode == FetchMode::thread)
+      prefetcher_.emplace(request_, segment_begin_, segment_end_, settings_.prefetch_threads,
+                          settings_.prefetch_depth);
+  }
+
+  void end_window() {
+    std::vector<double> seconds;
+    for (size_t i = 1; i < stamps_.size(); ++i)
+      seconds.push_back(std::chrono::duration<double>(stamps_[i] - stamps_[i - 1]).count());
+    timed_ = false;
+    trial_->record(segment_mode_, seconds);
+    if (!trial_->running()) spdlog::info("{}", trial_->verdict());
   }
 
   // Shared with the prefetch threads, which pin what they fetch.
   std::shared_ptr<BatchMover> mover_;
-  Prefetcher prefetcher_;
-  int64_t left_;  // batches not yet taken
+  BatchRequest request_;
+  SamplingSettings settings_;
+  FetchMode mode_;      // without a trial, or once it decided
+  FetchTrial* trial_;   // null: none in this stream
+  Activity* activity_;  // told when the main thread is inside get_batch
+  size_t size_;
+  size_t fetched_ = 0;  // batches fetched (taken from their segment)
+  size_t segment_begin_ = 0, segment_end_ = 0;
+  FetchMode segment_mode_ = FetchMode::thread;
+  bool timed_ = false;
+  std::vector<Clock::time_point> stamps_;
+  std::optional<Prefetcher> prefetcher_;
   BatchPtr staged_;
 };
 
 }  // namespace
+
+SampledBatches::SampledBatches(DataModuleProxy data, SamplingSettings settings, c10::Device device)
+    : data_(data), settings_(settings), device_(device) {
+  switch (settings_.prefetch) {
+    case PrefetchPolicy::thread: fixed_ = FetchMode::thread; break;
+    case PrefetchPolicy::inline_: fixed_ = FetchMode::inline_; break;
+    case PrefetchPolicy::automatic:
+      // On a GPU the step only queues work, and several processes share the
+      // cores in ways one rank cannot time alone: there `auto` keeps the
+      // prefetch thread (not measured here yet).
+      if (!device_.is_cpu() || settings_.world_size > 1) {
+        fixed_ = FetchMode::thread;
+        break;
+      }
+      trial_.emplace(unmeasured_mode(at::get_num_threads(), settings_.prefetch_threads, usable_cores()),
+                     settings_.trial);
+      break;
+  }
+}
+
+FetchMode SampledBatches::mode() const { return trial_ ? trial_->mode() : fixed_; }
 
 int64_t SampledBatches::batches_per_epoch(kiln_split split, const EpochSpec& spec) {
   return sampler_options(settings_, split, spec, length(split)).max_batches;
@@ -74,7 +156,11 @@ std::unique_ptr<BatchStream> SampledBatches::open(kiln_split split, const EpochS
   if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
     spdlog::debug("epoch 0 order starts {} {} {} {} {}", plan.indices[0], plan.indices[1], plan.indices[2],
                   plan.indices[3], plan.indices[4]);
-  return std::make_unique<Prefetched>(data_.instance(), split, std::move(plan), settings_, device_);
+  // Only training runs the trial: its steps are the ones that repeat.
+  FetchTrial* trial = split == KILN_SPLIT_TRAIN && trial_ && trial_->running() ? &*trial_ : nullptr;
+  return std::make_unique<Fetched>(
+      BatchRequest{data_.instance(), split, std::make_shared<const BatchPlan>(std::move(plan)), {}}, settings_,
+      device_, mode(), trial, data_.activity());
 }
 
 }  // namespace kiln

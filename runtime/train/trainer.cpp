@@ -223,12 +223,13 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
   void record(const char* name, double value, double weight, uint32_t flags) override {
     record_metric("kiln", name, value, weight, flags);
   }
-  // Every step: the name is built once, not per call.
+  // Every step: by a key looked up once, and without metrics_mutex_. Only
+  // the main thread ever touches tensor_metrics_ (log_metric_tensor is
+  // [main-thread]; the flushes run at the loop's log points); the mutex is
+  // for metrics_, which data modules reach from prefetch threads.
   void record_loss(const at::Tensor& loss, double weight) override {
-    static const std::string name = "train/loss";
-    std::lock_guard<std::mutex> lock(metrics_mutex_);
     try {
-      tensor_metrics_.record(name, loss, weight, KILN_METRIC_REDUCE_MEAN);
+      tensor_metrics_.record(loss_key_, loss, weight, KILN_METRIC_REDUCE_MEAN);
     } catch (const std::exception& e) {
       spdlog::warn("[kiln] {}", e.what());
     }
@@ -387,9 +388,10 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     sampling.drop_last = m_.trainer.drop_last;
     sampling.rank = rank();
     sampling.world_size = world_size();
+    sampling.prefetch = m_.trainer.prefetch;
     sampling.prefetch_threads = m_.trainer.prefetch_threads;
     sampling.prefetch_depth = m_.trainer.prefetch_depth;
-    batches_.emplace(DataModuleProxy(session_->data()), sampling, device_);
+    batches_.emplace(DataModuleProxy(session_->data(), activity_), sampling, device_);
     // Mixed precision: the model's steps under autocast; the plugin is unchanged.
     StepModel* steps = &*model_;
     if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
@@ -688,7 +690,8 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
 
   mutable std::mutex metrics_mutex_;  // data modules may record from prefetch threads
   MetricStore metrics_;
-  TensorMetrics tensor_metrics_;
+  TensorMetrics tensor_metrics_;  // main thread only
+  const TensorMetrics::Key loss_key_ = tensor_metrics_.key("train/loss");
   std::set<std::string> warned_metrics_;
   std::optional<StopCondition> stop_;
 

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -24,6 +25,8 @@
 #include "plugin/plugin_instance.hpp"
 #include "plugin/run_services.hpp"
 #include "train/prefetcher.hpp"
+#include "train/sampled_batches.hpp"
+#include "util/activity.hpp"
 #include "util/errors.hpp"
 #include "util/signal_watcher.hpp"
 
@@ -182,6 +185,10 @@ struct FakeData {
   int64_t fail_at = -1, block_at = -1;
   std::atomic<int> blocked{0};
   const kiln_host* host = nullptr;
+  // Where get_batch ran, and how long it takes there (microseconds).
+  std::thread::id main_thread = std::this_thread::get_id();
+  std::atomic<int> on_main{0}, off_main{0};
+  int64_t sleep_us_on_main = 0, sleep_us_off_main = 0;
 } g_data;
 
 kiln_error* fake_create(const kiln_host* host, const char*, kiln_instance** out) {
@@ -196,6 +203,10 @@ kiln_error* fake_length(kiln_instance*, kiln_split, int64_t* out) {
 }
 kiln_error* fake_get_batch(kiln_instance*, kiln_split, const int64_t* indices, size_t, kiln_batch** out) {
   const kiln_host* host = g_data.host;
+  const bool on_main = std::this_thread::get_id() == g_data.main_thread;
+  ++(on_main ? g_data.on_main : g_data.off_main);
+  if (const int64_t us = on_main ? g_data.sleep_us_on_main : g_data.sleep_us_off_main)
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
   if (indices[0] == g_data.fail_at) return host->error_new(host, "no such sample");
   if (indices[0] == g_data.block_at) {
     ++g_data.blocked;
@@ -239,6 +250,9 @@ class PrefetcherTest : public testing::Test {
     g_data.fail_at = g_data.block_at = -1;
     g_data.released = false;
     g_data.blocked = 0;
+    g_data.main_thread = std::this_thread::get_id();
+    g_data.on_main = g_data.off_main = 0;
+    g_data.sleep_us_on_main = g_data.sleep_us_off_main = 0;
     kiln::LoadedPlugin plugin;
     plugin.descriptor = &kConcurrent;
     plugin.path = "fake";
@@ -268,6 +282,137 @@ TEST_F(PrefetcherTest, AGetBatchErrorIsRethrownWhenItsBatchIsTaken) {
     EXPECT_EQ(e.hook(), "get_batch");
     EXPECT_EQ(e.message(), "no such sample");
   }
+}
+
+// The consumer wakes sleeping workers only at the ring's low-water mark:
+// every batch still arrives, in order, whatever the depth and thread count,
+// and a range [first, last) of the plan is exactly those batches.
+TEST_F(PrefetcherTest, HandsARangeBackInOrderAtEveryDepthAndThreadCount) {
+  auto plan = std::make_shared<const kiln::BatchPlan>(plan_of(120));
+  for (int depth : {1, 2, 3, 4, 7})
+    for (int threads : {1, 2, 3}) {
+      kiln::Prefetcher prefetcher(kiln::BatchRequest{*instance, KILN_SPLIT_TRAIN, plan, {}}, 17, 101, threads, depth);
+      ASSERT_EQ(prefetcher.size(), 84u);
+      for (int b = 17; b < 101; ++b) ASSERT_EQ(index_of(prefetcher.next()), b) << depth << " " << threads;
+      EXPECT_THROW(prefetcher.next(), std::logic_error);
+    }
+}
+
+TEST_F(PrefetcherTest, GatheringInlineCallsGetBatchOnThisThreadAndNamesThePluginOnError) {
+  g_data.fail_at = 3;
+  const kiln::BatchRequest request{*instance, KILN_SPLIT_TRAIN, std::make_shared<const kiln::BatchPlan>(plan_of(5)), {}};
+  kiln::Activity activity;
+  for (size_t b = 0; b < 3; ++b) EXPECT_EQ(index_of(kiln::gather_inline(request, b, &activity)), static_cast<int64_t>(b));
+  EXPECT_EQ(g_data.on_main.load(), 3);
+  EXPECT_EQ(g_data.off_main.load(), 0);
+  EXPECT_EQ(activity.snapshot().moves, 6u) << "each call is marked for the heartbeat (enter and leave)";
+  try {
+    kiln::gather_inline(request, 3, &activity);
+    FAIL() << "batch 3 failed in get_batch";
+  } catch (const kiln::HookError& e) {
+    EXPECT_EQ(e.plugin_id(), "test.fake_data");
+    EXPECT_EQ(e.hook(), "get_batch");
+    EXPECT_EQ(e.message(), "no such sample");
+  }
+  EXPECT_EQ(instance->calls_in_flight(), 0);
+}
+
+// --- sampled batches: trainer.prefetch ------------------------------------------------
+
+// Every batch of an epoch of `batches` (batch size 1, in order), taken with
+// `step_us` of "training" after each; returns the indices seen.
+std::vector<int64_t> run_epoch(kiln::SampledBatches& batches, int64_t epoch, int64_t count, int step_us = 0) {
+  kiln::EpochSpec spec;
+  spec.shuffle = false;
+  spec.batch_size = 1;
+  spec.limit.is_fraction = false;
+  spec.limit.count = count;
+  auto stream = batches.open(KILN_SPLIT_TRAIN, spec, epoch, 0);
+  std::vector<int64_t> seen;
+  for (int64_t b = 0; b < stream->size(); ++b) {
+    seen.push_back(index_of(stream->next()));
+    if (step_us) std::this_thread::sleep_for(std::chrono::microseconds(step_us));
+  }
+  return seen;
+}
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = i;
+  return out;
+}
+
+kiln::SamplingSettings sampling(kiln::PrefetchPolicy policy) {
+  kiln::SamplingSettings s;
+  s.prefetch = policy;
+  s.trial = kiln::FetchTrialShape{2, 6, 2};  // 2 + 4 x 6 = 26 batches
+  return s;
+}
+
+TEST_F(PrefetcherTest, PrefetchInlineGathersEveryBatchOnTheMainThreadInOrder) {
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::inline_),
+                               c10::Device(c10::kCPU));
+  EXPECT_EQ(run_epoch(batches, 0, 40), iota(40));
+  EXPECT_EQ(g_data.on_main.load(), 40);
+  EXPECT_EQ(g_data.off_main.load(), 0);
+  EXPECT_EQ(batches.trial(), nullptr);
+}
+
+TEST_F(PrefetcherTest, PrefetchThreadGathersEveryBatchOffTheMainThreadInOrder) {
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::thread),
+                               c10::Device(c10::kCPU));
+  EXPECT_EQ(run_epoch(batches, 0, 40), iota(40));
+  EXPECT_EQ(g_data.on_main.load(), 0);
+  EXPECT_EQ(g_data.off_main.load(), 40);
+}
+
+// get_batch takes as long as a step: a prefetch thread hides it, inline adds
+// it to every step. Sleeps, not work, so a loaded machine gives the same
+// answer. The order survives the switches between the trial's segments.
+TEST_F(PrefetcherTest, PrefetchAutoKeepsTheThreadWhenItIsMeasuredFaster) {
+  g_data.sleep_us_on_main = g_data.sleep_us_off_main = 3000;
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::automatic),
+                               c10::Device(c10::kCPU));
+  ASSERT_NE(batches.trial(), nullptr);
+  EXPECT_EQ(run_epoch(batches, 0, 30, /*step_us=*/3000), iota(30));
+  EXPECT_FALSE(batches.trial()->running());
+  EXPECT_EQ(batches.mode(), kiln::FetchMode::thread) << batches.trial()->verdict();
+  EXPECT_GT(g_data.on_main.load(), 0) << "the trial's inline windows ran";
+  const int on_main = g_data.on_main.load();
+  EXPECT_EQ(run_epoch(batches, 1, 30), iota(30));
+  EXPECT_EQ(g_data.on_main.load(), on_main) << "after the decision, every batch comes from the thread";
+}
+
+// get_batch is slow only off the main thread (a stand-in for a prefetch
+// thread that has to wait for a core): inline wins.
+TEST_F(PrefetcherTest, PrefetchAutoGathersInlineWhenThatIsMeasuredFaster) {
+  g_data.sleep_us_off_main = 6000;
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::automatic),
+                               c10::Device(c10::kCPU));
+  EXPECT_EQ(run_epoch(batches, 0, 30, /*step_us=*/1000), iota(30));
+  EXPECT_EQ(batches.mode(), kiln::FetchMode::inline_) << batches.trial()->verdict();
+  const int off_main = g_data.off_main.load();
+  EXPECT_EQ(run_epoch(batches, 1, 30), iota(30));
+  EXPECT_EQ(g_data.off_main.load(), off_main) << "after the decision, every batch is gathered inline";
+}
+
+// An error from get_batch surfaces with the data module named, whichever way
+// the batch was fetched: in a trial window of either mode.
+TEST_F(PrefetcherTest, PrefetchAutoReportsAGetBatchErrorInEitherMode) {
+  for (int64_t fail_at : {4, 10}) {  // the first (inline) window; the second (thread)
+    g_data.fail_at = fail_at;
+    kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::automatic),
+                                 c10::Device(c10::kCPU));
+    try {
+      run_epoch(batches, 0, 30);
+      FAIL() << "batch " << fail_at << " failed in get_batch";
+    } catch (const kiln::HookError& e) {
+      EXPECT_EQ(e.plugin_id(), "test.fake_data");
+      EXPECT_EQ(e.hook(), "get_batch");
+      EXPECT_EQ(e.message(), "no such sample");
+    }
+  }
+  EXPECT_GT(g_data.off_main.load(), 0);
 }
 
 TEST_F(PrefetcherTest, AStuckGetBatchIsAbandonedWhenTheRunFails) {

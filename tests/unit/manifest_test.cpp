@@ -147,6 +147,7 @@ limit_predict_batches = 0
 fast_dev_run = false
 shuffle = false
 drop_last = true
+prefetch = "inline"
 prefetch_threads = 3
 prefetch_depth = 8
 log_every_n_steps = 10
@@ -230,6 +231,7 @@ master_port = 29500
   EXPECT_EQ(m.trainer.fast_dev_run, 0);
   EXPECT_FALSE(m.trainer.shuffle);
   EXPECT_TRUE(m.trainer.drop_last);
+  EXPECT_EQ(m.trainer.prefetch, kiln::PrefetchPolicy::inline_);
   EXPECT_EQ(m.trainer.prefetch_threads, 3);
   EXPECT_EQ(m.trainer.prefetch_depth, 8);
   EXPECT_EQ(m.trainer.log_every_n_steps, 10);
@@ -313,6 +315,7 @@ TEST_F(ManifestTest, MinimalManifestGetsDefaults) {
   EXPECT_EQ(m.trainer.fast_dev_run, 0);
   EXPECT_TRUE(m.trainer.shuffle);
   EXPECT_FALSE(m.trainer.drop_last);
+  EXPECT_EQ(m.trainer.prefetch, kiln::PrefetchPolicy::automatic);
   EXPECT_EQ(m.trainer.prefetch_threads, t.prefetch_threads);
   EXPECT_EQ(m.trainer.prefetch_depth, t.prefetch_depth);
   EXPECT_EQ(m.trainer.log_every_n_steps, 50);

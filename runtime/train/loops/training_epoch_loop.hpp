@@ -63,6 +63,7 @@ class TrainingEpochLoop {
  private:
   void backward(const at::Tensor& loss, bool sync);
   void clip_gradients();
+  void clear_gradients();
 
   LoopContext& context_;
   TrainingSettings settings_;

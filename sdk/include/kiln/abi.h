@@ -46,7 +46,8 @@
  * thread it runs (plugin hooks) or may be called (host services), and in
  * which state of the plugin instance:
  *   [main-thread]      the run's main thread; never two calls at once
- *   [prefetch-thread]  a host prefetch thread (get_batch only)
+ *   [prefetch-thread]  a host prefetch thread, or the main thread between
+ *                      steps when the host gathers inline (get_batch only)
  *   [any-thread]       any thread, concurrently with others
  *   & created          after create returned, until destroy
  *   & active           after setup was entered, until teardown returns
