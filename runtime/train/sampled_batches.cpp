@@ -1,6 +1,7 @@
 #include "train/sampled_batches.hpp"
 
 #include <chrono>
+#include <stdexcept>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -67,6 +68,7 @@ class Fetched final : public BatchStream {
   }
 
   BatchPtr fetch() {
+    if (fetched_ >= size_) throw std::logic_error("a batch stream was read past its last batch");
     if (fetched_ == segment_end_) open_segment();
     // A window times each step from the entry here to the next: the gather
     // (or the wait for the prefetch thread) and the step. Its first step

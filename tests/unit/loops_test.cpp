@@ -114,6 +114,25 @@ TEST(FitLoopTest, GradientAccumulationStepsAtBoundariesAndAtTheEpochsLastBatch) 
   EXPECT_EQ(text(end), "1/0/2");
 }
 
+// In one process the gradients are dropped after each optimizer step, not
+// zeroed (PyTorch 2's set_to_none; LibTorch 1.13's zero_grad() zeroes):
+// the next backward writes them instead of adding to zeros. Accumulation
+// still adds up inside a step.
+TEST(FitLoopTest, InOneProcessGradientsAreDroppedAfterEachOptimizerStep) {
+  Fit fit(1, -1);
+  fit.model.has_val = fit.model.has_test = false;
+  fit.settings.training.accumulate_grad_batches = 2;
+  int steps = 0;
+  fit.events.also = [&](Event event, const kiln_progress&) {
+    if (event != Event::train_batch_end) return;
+    ++steps;
+    for (const auto& p : fit.trainable) EXPECT_FALSE(p.grad().defined()) << "after step " << steps;
+  };
+  const TrainPosition end = fit.run();
+  EXPECT_EQ(text(end), "1/0/2");
+  EXPECT_EQ(steps, 2);
+}
+
 // Issue 9's rule: nothing in the training step waits for the device. The
 // loss is recorded as a tensor and copied to the host once per log point
 // (here: each epoch end), with gradient-norm clipping and accumulation on;

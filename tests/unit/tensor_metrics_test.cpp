@@ -68,6 +68,26 @@ TEST(TensorMetrics, ReadsBackOncePerLogPointNotPerRecord) {
   EXPECT_TRUE(pending.empty());
 }
 
+// What records every step records by key: the same metric as its name, and
+// the key holds across log points.
+TEST(TensorMetrics, AKeyIsItsNameAndOutlivesAFlush) {
+  MetricStore store;
+  TensorMetrics pending;
+  const TensorMetrics::Key loss = pending.key("train/loss");
+  pending.record(loss, at::scalar_tensor(1.0), 1, KILN_METRIC_REDUCE_MEAN);
+  pending.record("train/loss", at::scalar_tensor(3.0), 1, KILN_METRIC_REDUCE_MEAN);
+  EXPECT_FALSE(pending.empty());
+  pending.flush_into(store);
+  EXPECT_TRUE(pending.empty());
+  EXPECT_DOUBLE_EQ(store.reduce().at("train/loss"), 2.0);
+  pending.record(loss, at::scalar_tensor(5.0), 1, KILN_METRIC_REDUCE_MEAN);
+  pending.flush_into(store);
+  EXPECT_DOUBLE_EQ(store.reduce().at("train/loss"), 5.0);
+  pending.record(loss, at::scalar_tensor(1.0), 1, KILN_METRIC_REDUCE_MEAN);
+  EXPECT_THROW(pending.record(loss, at::scalar_tensor(1.0), 1, KILN_METRIC_REDUCE_MAX), std::invalid_argument)
+      << "a reduction is kept per name within an epoch, by key too";
+}
+
 // A NaN among the values (a diverged batch): the double path's std::max
 // keeps its extreme when a later value is NaN, and stays NaN when the first
 // is. The tensor path on a device must do the same, not propagate every NaN
