@@ -28,7 +28,8 @@ kiln_run() {  # name, processes, extra --set...
   local name=$1 n=$2
   shift 2
   "$build/bin/kiln" fit bench/mlp256.toml -n "$n" --set run.threads=1 --set run.dir="$out/$name" \
-    --set trainer.test_after_fit=false --log-level debug "$@" >"$out/$name.log" 2>&1 </dev/null
+    --set trainer.test_after_fit=false --set run.log_level=debug "$@" >"$out/$name.log" 2>&1 </dev/null ||
+    { echo "dist.sh: kiln ($name) failed:"; tail -5 "$out/$name.log"; exit 1; }
   epoch_seconds "$out/$name/metrics.csv" >>"$out/$name.times"
 }
 for side in kiln1 kiln2 gloo2 ddp1 ddp2; do : >"$out/$side.times"; done

@@ -131,11 +131,18 @@ SampledBatches::SampledBatches(DataModuleProxy data, SamplingSettings settings, 
     case PrefetchPolicy::thread: fixed_ = FetchMode::thread; break;
     case PrefetchPolicy::inline_: fixed_ = FetchMode::inline_; break;
     case PrefetchPolicy::automatic:
-      // On a GPU the step only queues work, and several processes share the
-      // cores in ways one rank cannot time alone: there `auto` keeps the
-      // prefetch thread (not measured here yet).
-      if (!device_.is_cpu() || settings_.world_size > 1) {
+      // On a GPU the step only queues work: `auto` keeps the prefetch thread.
+      if (!device_.is_cpu()) {
         fixed_ = FetchMode::thread;
+        break;
+      }
+      // Several processes share the cores in ways one rank cannot time alone
+      // (each rank's trial would time the others too): each rank counts its
+      // share of the cores. Two ranks of one thread on 2 cores gather inline:
+      // a prefetch thread per rank cost mlp256 ~10 % (bench/README.md).
+      if (settings_.world_size > 1) {
+        fixed_ = unmeasured_mode(at::get_num_threads(), settings_.prefetch_threads,
+                                 std::max(1, usable_cores() / static_cast<int>(settings_.world_size)));
         break;
       }
       trial_.emplace(unmeasured_mode(at::get_num_threads(), settings_.prefetch_threads, usable_cores()),
