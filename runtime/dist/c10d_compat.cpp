@@ -102,6 +102,10 @@ std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& param
   auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(parameters, {first_bucket_bytes, bucket_bytes}, sparse);
   std::reverse(buckets.begin(), buckets.end());
   std::reverse(limits.begin(), limits.end());
+  // gradient_as_bucket_view: the gradients become views of the buckets, so
+  // nothing is copied back after the all-reduce. The loop drops the
+  // gradients after each step (set_to_none); the Reducer then divides each
+  // new gradient into its bucket in one pass and points the gradient there.
   std::unordered_map<size_t, std::string> param_names;
   for (size_t i = 0; i < names.size(); ++i) param_names[i] = names[i];
 #if TORCH_VERSION_MAJOR >= 2
@@ -110,14 +114,14 @@ std::shared_ptr<c10d::Reducer> make_reducer(const std::vector<at::Tensor>& param
   (void)limits;
   return std::make_shared<c10d::Reducer>(parameters, std::move(buckets), group, sparse,
                                          static_cast<int64_t>(bucket_bytes), /*find_unused_parameters=*/false,
-                                         /*gradient_as_bucket_view=*/false, std::move(param_names),
+                                         /*gradient_as_bucket_view=*/true, std::move(param_names),
                                          static_cast<int64_t>(first_bucket_bytes),
                                          /*skip_all_reduce_unused_params=*/false, /*use_python_reducer=*/false,
                                          /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
 #else
   return std::make_shared<c10d::Reducer>(parameters, std::move(buckets), std::move(limits), group, sparse,
                                          static_cast<int64_t>(bucket_bytes), /*find_unused_parameters=*/false,
-                                         /*gradient_as_bucket_view=*/false, std::move(param_names),
+                                         /*gradient_as_bucket_view=*/true, std::move(param_names),
                                          static_cast<int64_t>(first_bucket_bytes));
 #endif
 }

@@ -56,8 +56,9 @@ class ProcessGroup {
   std::string gradient_stats() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // barrier and all_reduce_sum run on the Gloo control group: CPU only, so
-  // the host's decisions never need the GPU.
+  // barrier and all_reduce_sum run on the Gloo control group (all_reduce_sum
+  // through shared memory when the gradients do): CPU only, so the host's
+  // decisions never need the GPU.
   void barrier();
   // In place, from `root` to every rank.
   void broadcast(std::vector<at::Tensor>& tensors, int root);

@@ -47,20 +47,18 @@ void TrainingEpochLoop::backward(const at::Tensor& loss, bool sync) {
   }
 }
 
-// In one process the gradients are dropped, not zeroed: backward then
-// writes each gradient where it would have added it to zeros, which saves a
-// pass over every parameter to zero it and another to add to it (issue 11:
-// ~6 % of mlp32's step). It is what PyTorch >= 2.0's zero_grad() does by
-// default (set_to_none=True), and so Lightning; LibTorch 1.13's zeroes. As
-// with set_to_none, a parameter that gets no gradient in a step is skipped
-// by the optimizer rather than stepped with a zero gradient. With a
-// GradSync, the optimizer's own zero_grad(): the distributed reducer keeps
-// its gradient buffers.
+// The gradients are dropped, not zeroed: backward then writes each
+// gradient where it would have added it to zeros, which saves a pass over
+// every parameter to zero it and another to add to it (issue 11: ~6 % of
+// mlp32's step). It is what PyTorch >= 2.0's zero_grad() does by default
+// (set_to_none=True), and so Lightning; LibTorch 1.13's zeroes. As with
+// set_to_none, a parameter that gets no gradient in a step is skipped by the
+// optimizer rather than stepped with a zero gradient. With a GradSync the
+// Reducer (gradient_as_bucket_view) divides each new gradient into its
+// bucket and makes the gradient a view of it: no copy back after the
+// all-reduce. LibTorch 1.13's Optimizer::zero_grad() would detach_() those
+// views, which ATen refuses.
 void TrainingEpochLoop::clear_gradients() {
-  if (optimization_.grad_sync) {
-    optimization_.optimizer.zero_grad();
-    return;
-  }
   for (const auto& p : optimization_.trainable)
     if (p.grad().defined()) p.mutable_grad().reset();
 }
