@@ -8,7 +8,9 @@
 // step's, on the cores left over and on the machine's load, so no fixed rule
 // is right: early in the first epoch a trial times the steps of both, in
 // windows ordered A B B A (so a steady drift in speed favours neither), and
-// keeps the faster for the rest of the run.
+// keeps the faster for the rest of the run. A mode far slower than the
+// other ends the trial early (FetchTrial::clear_early): its windows are
+// what the trial costs.
 //
 // This class is the trial's bookkeeping only (no threads, no clocks): the
 // batch stream (train/sampled_batches.cpp) asks it what to run next and
@@ -75,6 +77,8 @@ class FetchTrial {
 
  private:
   FetchMode window_mode(size_t index) const;
+  // Whether the windows so far already settle it (one mode far slower).
+  bool clear_early(double inline_cost, double thread_cost) const;
 
   FetchMode fallback_;
   Shape shape_;

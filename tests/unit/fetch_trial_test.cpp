@@ -66,6 +66,24 @@ TEST(FetchTrial, KeepsTheFasterModeForTheRestOfTheRun) {
   EXPECT_EQ(slow_inline.next_segment(0, 50).mode, FetchMode::thread) << "no warm-up once decided";
 }
 
+// A mode far slower than the other ends the trial early: its windows are
+// what the trial costs.
+TEST(FetchTrial, AModeFarSlowerEndsTheTrialEarly) {
+  const FetchTrial::Shape four{0, 5, 4};  // 4 windows per mode: 8 in all
+  FetchTrial far(FetchMode::thread, four);  // 3.5x: after the first pair
+  EXPECT_EQ(run_windows(far, 140e-6, 490e-6), (std::vector<FetchMode>{FetchMode::inline_, FetchMode::thread}));
+  EXPECT_EQ(far.mode(), FetchMode::inline_);
+  EXPECT_NE(far.verdict().find("6 steps timed"), std::string::npos) << far.verdict();
+
+  FetchTrial clear(FetchMode::inline_, four);  // 1.5x: after A B B A
+  EXPECT_EQ(run_windows(clear, 150e-6, 100e-6).size(), 4u);
+  EXPECT_EQ(clear.mode(), FetchMode::thread);
+
+  FetchTrial close(FetchMode::thread, four);  // 1.1x: every window
+  EXPECT_EQ(run_windows(close, 110e-6, 100e-6).size(), 8u);
+  EXPECT_EQ(close.mode(), FetchMode::thread);
+}
+
 TEST(FetchTrial, OneSlowStepDoesNotDecide) {
   // A step that waited for a checkpoint inside an inline window: 50x a step.
   FetchTrial trial(FetchMode::thread, FetchTrial::Shape{0, 10, 2});
