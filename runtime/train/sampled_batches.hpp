@@ -25,6 +25,7 @@ struct SamplingSettings {
   int prefetch_threads = 1;
   int prefetch_depth = 4;
   FetchTrial::Shape trial;  // prefetch = auto
+  int cores = 0;            // the cores this process may use; 0: usable_cores()
 };
 
 class SampledBatches final : public BatchSource {
@@ -41,8 +42,9 @@ class SampledBatches final : public BatchSource {
 
   // How batches are fetched now (the decision of `auto` once its trial ran).
   FetchMode mode() const;
-  // prefetch = auto: its trial (null when the policy is fixed or the run is
-  // not one process on the CPU, where `auto` means `thread`).
+  // prefetch = auto: its trial (null when the policy is fixed, when the
+  // intra-op threads leave no core for a prefetch thread, or when the run is
+  // not one process on the CPU).
   const FetchTrial* trial() const { return trial_ ? &*trial_ : nullptr; }
 
  private:

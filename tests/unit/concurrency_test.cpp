@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "dist/heartbeat.hpp"
 #include "dist/supervisor.hpp"
@@ -346,6 +347,7 @@ kiln::SamplingSettings sampling(kiln::PrefetchPolicy policy) {
   kiln::SamplingSettings s;
   s.prefetch = policy;
   s.trial = kiln::FetchTrialShape{2, 6, 2};  // 2 + 4 x 6 = 26 batches
+  s.cores = at::get_num_threads() + 1;       // a core left over: auto runs its trial
   return s;
 }
 
@@ -394,6 +396,19 @@ TEST_F(PrefetcherTest, PrefetchAutoGathersInlineWhenThatIsMeasuredFaster) {
   const int off_main = g_data.off_main.load();
   EXPECT_EQ(run_epoch(batches, 1, 30), iota(30));
   EXPECT_EQ(g_data.off_main.load(), off_main) << "after the decision, every batch is gathered inline";
+}
+
+// Intra-op threads that fill the cores: a prefetch thread could only take
+// cores from them, so auto gathers inline without trying it.
+TEST_F(PrefetcherTest, PrefetchAutoGathersInlineWithoutATrialWhenTheIntraOpThreadsFillTheCores) {
+  kiln::SamplingSettings s = sampling(kiln::PrefetchPolicy::automatic);
+  s.cores = at::get_num_threads();
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), s, c10::Device(c10::kCPU));
+  EXPECT_EQ(batches.trial(), nullptr);
+  EXPECT_EQ(batches.mode(), kiln::FetchMode::inline_);
+  EXPECT_EQ(run_epoch(batches, 0, 30), iota(30));
+  EXPECT_EQ(g_data.on_main.load(), 30);
+  EXPECT_EQ(g_data.off_main.load(), 0);
 }
 
 // An error from get_batch surfaces with the data module named, whichever way
