@@ -282,11 +282,23 @@ INSTANTIATE_TEST_SUITE_P(EveryPoint, FaultPoint,
                            return name.substr(5);
                          });
 
+// Shell lines that wait until the run has trained an epoch (its first
+// checkpoint is committed, by every rank): a preemption signal is for a run
+// that is training. A fixed sleep raced a slow start-up (an ASan build on a
+// loaded machine took longer than 4 s to start two ranks, and the signal
+// found them still loading). Bounded against a hang, not a measure of speed.
+std::string once_training(const TempDir& dir) {
+  const int tries = static_cast<int>(120 * timeout_scale() / 0.05);
+  return "n=0; while [ ! -e \"" + (ckpt_dir(dir) / "last.ckpt").string() + "\" ] && [ $n -lt " +
+         std::to_string(tries) + " ]; do sleep 0.05; n=$((n+1)); done; ";
+}
+
 TEST(Preemption, SigtermCommitsACheckpointAndExits75ThenResumeContinues) {
   TempDir dir;
   const auto m = ckpt_manifest(dir, "every_n_epochs = 1");
   const std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() +
-                              "\" --set trainer.max_epochs=100000 & pid=$!; sleep 2; kill -TERM $pid; wait $pid";
+                              "\" --set trainer.max_epochs=100000 & pid=$!; " + once_training(dir) +
+                              "kill -TERM $pid; wait $pid";
   const ProcessResult r = run_process({"/bin/sh", "-c", command}, {.timeout = kTimeout});
   EXPECT_EQ(r.exit_code, 75) << r.output;
   EXPECT_NE(r.output.find("preempted by SIGTERM; checkpoint committed"), std::string::npos) << r.output;
@@ -301,7 +313,8 @@ TEST(Preemption, TwoProcessesAgreeCheckpointAndResume) {
   TempDir dir;
   const auto m = ckpt_manifest(dir, "every_n_epochs = 1\npreempt_signal = \"SIGUSR1\"");
   const std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() +
-                              "\" -n 2 --set trainer.max_epochs=100000 & pid=$!; sleep 4; kill -USR1 $pid; wait $pid";
+                              "\" -n 2 --set trainer.max_epochs=100000 & pid=$!; " + once_training(dir) +
+                              "kill -USR1 $pid; wait $pid";
   const ProcessResult r = run_process({"/bin/sh", "-c", command}, {.timeout = kTimeout});
   EXPECT_EQ(r.exit_code, 75) << r.output;
   EXPECT_NE(r.output.find("preempted by SIGUSR1; checkpoint committed"), std::string::npos) << r.output;
