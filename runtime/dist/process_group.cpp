@@ -343,10 +343,6 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
 
 void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
   collective("all-reduce", [&] {
-    std::vector<at::Tensor> one{tensor};
-    c10d::AllreduceOptions options;
-    options.reduceOp = c10d::ReduceOp::SUM;
-    options.timeout = timeout_;
     // Not interruptible: kiln's all-reduces are the agreements themselves —
     // the stop vote (which is how a signal is acted on, by all ranks
     // together) and the checkpoint commit. The timeout bounds them.
@@ -357,6 +353,10 @@ void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
       shm_->all_reduce_sum(tensor);
       return;
     }
+    std::vector<at::Tensor> one{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
     const auto work = control_->allreduce(one, options);
     work->wait(timeout_);
   });

@@ -168,11 +168,6 @@ Prefetcher::Prefetcher(BatchRequest request, size_t first, size_t last, int thre
   }
 }
 
-Prefetcher::Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth,
-                       std::function<void(kiln_batch&)> prepare)
-    : Prefetcher(BatchRequest{data, split, std::make_shared<const BatchPlan>(std::move(plan)), std::move(prepare)},
-                 0, SIZE_MAX, threads, depth) {}
-
 Prefetcher::~Prefetcher() {
   State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);

@@ -51,9 +51,6 @@ class Prefetcher {
   // Fetches batches [first, last) of the request's plan on `threads` threads,
   // at most `depth` ahead of the batch taken last.
   Prefetcher(BatchRequest request, size_t first, size_t last, int threads, int depth);
-  // The whole plan.
-  Prefetcher(const PluginInstance& data, kiln_split split, BatchPlan plan, int threads, int depth,
-             std::function<void(kiln_batch&)> prepare = {});
   ~Prefetcher();  // stops the workers and frees batches not taken
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;

@@ -136,26 +136,27 @@ SampledBatches::SampledBatches(DataModuleProxy data, SamplingSettings settings, 
         fixed_ = FetchMode::thread;
         break;
       }
-      // Several processes share the cores in ways one rank cannot time alone
-      // (each rank's trial would time the others too): each rank counts its
-      // share of the cores. Two ranks of one thread on 2 cores gather inline:
-      // a prefetch thread per rank cost mlp256 ~10 % (bench/README.md).
+      // Intra-op threads that fill this rank's share of the cores leave a
+      // prefetch thread none of its own: it would compete with the step's
+      // OpenMP team (which then waits at each barrier for a descheduled
+      // thread), so there is nothing to measure. Trying it anyway made
+      // mlp32's steps 2-4x slower for the trial's windows, 0.03-0.1 s of a
+      // 0.27 s epoch; a prefetch thread per rank for two one-thread ranks on
+      // 2 cores cost mlp256 ~10 % (bench/README.md).
       const int cores = settings_.cores > 0 ? settings_.cores : usable_cores();
-      if (settings_.world_size > 1) {
-        fixed_ = unmeasured_mode(at::get_num_threads(), settings_.prefetch_threads,
-                                 std::max(1, cores / static_cast<int>(settings_.world_size)));
+      const int share = std::max(1, cores / std::max(1, static_cast<int>(settings_.world_size)));
+      if (unmeasured_mode(at::get_num_threads(), settings_.prefetch_threads, share) == FetchMode::inline_) {
+        fixed_ = FetchMode::inline_;
+        if (settings_.world_size == 1)
+          spdlog::info("trainer.prefetch = auto: get_batch inline ({} intra-op thread{} fill the {} core{}: a "
+                       "prefetch thread would compete with them)",
+                       at::get_num_threads(), at::get_num_threads() == 1 ? "" : "s", cores, cores == 1 ? "" : "s");
         break;
       }
-      // Intra-op threads that fill the cores leave a prefetch thread none of
-      // its own: it would compete with the step's OpenMP team (which then
-      // waits at each barrier for a descheduled thread), so there is nothing
-      // to measure. Trying it anyway made mlp32's steps 2-4x slower for the
-      // trial's windows, 0.03-0.1 s of a 0.27 s epoch (bench/README.md).
-      if (unmeasured_mode(at::get_num_threads(), settings_.prefetch_threads, cores) == FetchMode::inline_) {
-        fixed_ = FetchMode::inline_;
-        spdlog::info("trainer.prefetch = auto: get_batch inline ({} intra-op thread{} fill the {} core{}: a prefetch "
-                     "thread would compete with them)",
-                     at::get_num_threads(), at::get_num_threads() == 1 ? "" : "s", cores, cores == 1 ? "" : "s");
+      // Several processes share the cores in ways one rank cannot time alone
+      // (each rank's trial would time the others too).
+      if (settings_.world_size > 1) {
+        fixed_ = FetchMode::thread;
         break;
       }
       trial_.emplace(FetchMode::thread, settings_.trial);

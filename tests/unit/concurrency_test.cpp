@@ -267,14 +267,21 @@ class PrefetcherTest : public testing::Test {
 
 int64_t index_of(const kiln::BatchPtr& batch) { return batch->tensors.at(0).second.item<int64_t>(); }
 
+// All of a plan of `n` batches, on `threads` threads.
+kiln::Prefetcher prefetch_all(const kiln::PluginInstance& data, int n, int threads, int depth) {
+  auto plan = std::make_shared<const kiln::BatchPlan>(plan_of(n));
+  return kiln::Prefetcher(kiln::BatchRequest{data, KILN_SPLIT_TRAIN, plan, {}}, 0, static_cast<size_t>(n), threads,
+                          depth);
+}
+
 TEST_F(PrefetcherTest, HandsBatchesBackInPlanOrderFromSeveralThreads) {
-  kiln::Prefetcher prefetcher(*instance, KILN_SPLIT_TRAIN, plan_of(200), /*threads=*/3, /*depth=*/4);
+  kiln::Prefetcher prefetcher = prefetch_all(*instance, 200, /*threads=*/3, /*depth=*/4);
   for (int b = 0; b < 200; ++b) ASSERT_EQ(index_of(prefetcher.next()), b);
 }
 
 TEST_F(PrefetcherTest, AGetBatchErrorIsRethrownWhenItsBatchIsTaken) {
   g_data.fail_at = 7;
-  kiln::Prefetcher prefetcher(*instance, KILN_SPLIT_TRAIN, plan_of(20), 2, 4);
+  kiln::Prefetcher prefetcher = prefetch_all(*instance, 20, 2, 4);
   for (int b = 0; b < 7; ++b) ASSERT_EQ(index_of(prefetcher.next()), b);
   try {
     prefetcher.next();
@@ -434,7 +441,7 @@ TEST_F(PrefetcherTest, AStuckGetBatchIsAbandonedWhenTheRunFails) {
   g_data.block_at = 1;
   const auto started = Clock::now();
   try {
-    kiln::Prefetcher prefetcher(*instance, KILN_SPLIT_TRAIN, plan_of(10), 1, 2);
+    kiln::Prefetcher prefetcher = prefetch_all(*instance, 10, 1, 2);
     EXPECT_EQ(index_of(prefetcher.next()), 0);
     while (g_data.blocked.load() == 0) std::this_thread::sleep_for(1ms);
     throw std::runtime_error("training_step failed");  // unwinding destroys the prefetcher
