@@ -15,6 +15,7 @@
 #include <boost/dll/shared_library.hpp>
 #include <torch/version.h>
 
+#include "plugin/elf_check.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {
@@ -43,13 +44,6 @@ std::string major_minor(const std::string& version) {
   if (first == std::string::npos) return version;
   const auto second = version.find('.', first + 1);
   return version.substr(0, second);
-}
-
-bool is_elf(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  in.read(magic, 4);
-  return in.gcount() == 4 && std::memcmp(magic, "\x7f" "ELF", 4) == 0;
 }
 
 // The DT_NEEDED entries of a 64-bit ELF file, read from its section headers
@@ -158,8 +152,9 @@ std::shared_ptr<PluginLibrary> Loader::open(const std::filesystem::path& path, c
     throw InputError(who + ": plugin file not found; build it or fix its `path`");
   if (!std::filesystem::is_regular_file(absolute, ec))
     throw InputError(who + ": not a regular file; `path` must name a plugin shared object");
-  if (!is_elf(absolute))
-    throw InputError(who + ": not a shared object (no ELF header); `path` must name a plugin .so");
+  // Before anything maps it: a file cut short (an interrupted copy) would
+  // otherwise be a SIGBUS inside dlopen (plugin/elf_check.hpp).
+  check_elf_shared_object(absolute, who);
   // A plugin linked to another LibTorch's libraries (other file names, as
   // Debian's libc10.so.1.13 and a wheel's libc10.so) would load that LibTorch
   // beside this one, and the two crash in their static initialisers before
