@@ -59,7 +59,12 @@ std::filesystem::path Checkpointer::commit(const TrainPosition& position,
       error = e.what();
     }
   }
-  if (all_succeeded_(error.empty())) return written;
+  // Every rank returns the file committed: its name follows from the
+  // position, and each rank learns here that rank 0 wrote it.
+  if (all_succeeded_(error.empty()))
+    return rank_ == 0 ? written
+                      : config_.dir / (config_.save_top_k != 0 ? checkpoint_name(position.epoch, position.global_step)
+                                                               : std::string("last.ckpt"));
   // The cause is rank 0's; the other ranks only learn that it failed.
   if (rank_ != 0) throw PeerFailure("rank 0 failed to commit a checkpoint (its report names the cause)");
   throw std::runtime_error("checkpoint not committed: " + error);

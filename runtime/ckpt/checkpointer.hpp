@@ -31,7 +31,7 @@ class Checkpointer {
 
   // Commits a checkpoint at `position` on every rank together. `state` is
   // called on rank 0 only, to build what is saved. Returns the file
-  // committed; throws on every rank when the commit failed (rank 0 with the
+  // committed, on every rank (rank 0 wrote it); throws on every rank when the commit failed (rank 0 with the
   // cause; the others with PeerFailure).
   std::filesystem::path commit(const TrainPosition& position,
                                const std::function<RunStateView(const TrainPosition&)>& state);

@@ -34,6 +34,7 @@
 #include "train/trainer.hpp"
 #include "util/errors.hpp"
 #include "util/process_info.hpp"
+#include "util/run_dir_lock.hpp"
 #include "util/signal_watcher.hpp"
 
 namespace {
@@ -131,6 +132,14 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
   kiln::Manifest manifest = kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
   spdlog::set_level(spdlog_level(manifest.run.log_level));
+  const std::optional<kiln::DistEnv> launched = kiln::detect_launcher(kiln::process_environment());
+  // One run directory, one run: a directory another run holds refuses this
+  // one at once, before anything is loaded or written. The run's top process
+  // holds it (this one, or the supervisor for all its workers; under an
+  // external launcher, rank 0); a directory not made yet is locked when it is
+  // (util/run_dir_lock.hpp).
+  const bool run_dir_locked = (!launched || (launched->launcher != "kiln" && launched->rank == 0)) &&
+                              kiln::lock_existing_run_dir(manifest.run.dir);
   // Every plugin is checked here, once, before any worker starts.
   kiln::Loader loader;
   kiln::RunPlugins plugins = kiln::load_plugins(manifest, command, loader);
@@ -146,7 +155,6 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
                   kiln::seconds_since_start());
   }
 
-  const std::optional<kiln::DistEnv> launched = kiln::detect_launcher(kiln::process_environment());
   // The device, decided before any worker starts or anything is written: a
   // supervisor checks for all its ranks (each then takes its own), a
   // launched rank for itself.
@@ -159,6 +167,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
     options.argv = argv;
     options.master_addr = manifest.distributed.master_addr;
     options.master_port = static_cast<int>(manifest.distributed.master_port);
+    if (run_dir_locked) options.env.emplace_back(kiln::kRunDirLockedVariable, "1");
     // A worker blocked on a stopped peer fails its collective after the
     // timeout; a stopped worker itself is caught by its silent heartbeat.
     // A beat comes every second from a thread of its own, so only a stopped or

@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <stdexcept>
 #include <utility>
 
@@ -15,6 +14,8 @@
 namespace kiln {
 
 namespace {
+
+constexpr const char* kDirectory = "/dev/shm";
 
 std::string error_text(const std::string& what, const std::string& name) {
   return std::string(what) + " " + name + ": " + std::strerror(errno);
@@ -28,46 +29,41 @@ void* map(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
-ShmSegment::ShmSegment(std::string name, void* data, size_t size, bool owner)
-    : name_(std::move(name)), data_(data), size_(size), linked_by_me_(owner) {}
+ShmSegment::ShmSegment(std::string name, void* data, size_t size, int handle)
+    : name_(std::move(name)), data_(data), size_(size), handle_(handle) {}
 
 ShmSegment ShmSegment::create(size_t bytes) {
-  std::random_device random;
-  for (int attempt = 0;; ++attempt) {
-    char name[64];
-    std::snprintf(name, sizeof name, "/kiln-%d-%08x%08x", static_cast<int>(::getpid()), random(), random());
-    const int fd = ::shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-      if (errno == EEXIST && attempt < 8) continue;
-      throw std::runtime_error(error_text("cannot create shared memory", name));
-    }
-    // Reserved now, not on first touch: a /dev/shm too small (a container's
-    // 64 MiB) is an error here, where the run can fall back to Gloo, rather
-    // than a SIGBUS in the middle of an all-reduce.
-    if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); error != 0) {
-      errno = error;
-      const std::string text = error_text("cannot reserve " + std::to_string(bytes >> 20) + " MiB of shared memory for", name);
-      ::close(fd);
-      ::shm_unlink(name);
-      throw std::runtime_error(text);
-    }
-    try {
-      void* data = map(fd, bytes, name);
-      ::close(fd);
-      return ShmSegment(name, data, bytes, /*owner=*/true);
-    } catch (...) {
-      ::close(fd);
-      ::shm_unlink(name);
-      throw;
-    }
+  // An unnamed file of /dev/shm's tmpfs: the same memory, and the same size
+  // limit, as a POSIX segment (shm_open), without the name that a SIGKILL
+  // between creating it and unlinking it would leave behind.
+  const int fd = ::open(kDirectory, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error(error_text("cannot create shared memory in", kDirectory));
+  const std::string name = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
+  // Reserved now, not on first touch: a /dev/shm too small (a container's
+  // 64 MiB) is an error here, where the run can fall back to Gloo, rather
+  // than a SIGBUS in the middle of an all-reduce.
+  if (const int error = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); error != 0) {
+    errno = error;
+    const std::string text =
+        error_text("cannot reserve " + std::to_string(bytes >> 20) + " MiB of shared memory in", kDirectory);
+    ::close(fd);
+    throw std::runtime_error(text);
+  }
+  try {
+    void* data = map(fd, bytes, name);
+    return ShmSegment(name, data, bytes, fd);
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
 }
 
 ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (name.rfind("/proc/", 0) != 0) throw std::runtime_error("shared memory handle '" + name + "' is not one kiln made");
+  const int fd = ::open(name.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error(error_text("cannot open shared memory", name));
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < bytes) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<size_t>(st.st_size) < bytes) {
     ::close(fd);
     throw std::runtime_error("shared memory " + name + " is smaller than the " + std::to_string(bytes) +
                              " bytes expected");
@@ -80,12 +76,12 @@ ShmSegment ShmSegment::open(const std::string& name, size_t bytes) {
     throw;
   }
   ::close(fd);
-  return ShmSegment(name, data, bytes, /*owner=*/false);
+  return ShmSegment(name, data, bytes, -1);
 }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : name_(std::move(other.name_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
-      linked_by_me_(std::exchange(other.linked_by_me_, false)) {}
+      handle_(std::exchange(other.handle_, -1)) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
@@ -101,9 +97,9 @@ ShmSegment::~ShmSegment() {
 }
 
 void ShmSegment::unlink() {
-  if (!linked_by_me_) return;
-  ::shm_unlink(name_.c_str());
-  linked_by_me_ = false;
+  if (handle_ < 0) return;
+  ::close(handle_);
+  handle_ = -1;
 }
 
 }  // namespace kiln

@@ -138,9 +138,19 @@ pid_t spawn(const SupervisorOptions& options, int rank, int port, const std::str
   // only, which then stops the workers once, in order.
   ::setpgid(0, 0);
   if (::getppid() == 1) ::_exit(1);
-  sigset_t none;
-  sigemptyset(&none);
-  ::pthread_sigmask(SIG_SETMASK, &none, nullptr);  // the supervisor blocks SIGINT/SIGTERM; workers must not
+  // SIGINT, SIGTERM and SIGUSR1 stay blocked across exec where the
+  // supervisor blocks them (kiln's signal watcher does; every other signal
+  // is unblocked): one forwarded while the worker still loads LibTorch stays
+  // pending until the worker's own watcher takes it, first thing in main(),
+  // instead of killing it by the default action before it could say
+  // interrupted or preempted.
+  sigset_t inherited, watched;
+  ::pthread_sigmask(SIG_SETMASK, nullptr, &inherited);
+  sigemptyset(&watched);
+  for (const int s : {SIGINT, SIGTERM, SIGUSR1})
+    if (sigismember(&inherited, s) == 1) sigaddset(&watched, s);
+  ::pthread_sigmask(SIG_SETMASK, &watched, nullptr);
+  for (const auto& [name, value] : options.env) ::setenv(name.c_str(), value.c_str(), 1);
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(options.processes).c_str(), 1);
@@ -183,12 +193,17 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
 
   SupervisorResult result;
   std::vector<Observed> failures;
-  std::string preempted;  // a worker's report, when the workers were preempted
+  // The workers' reports when they were preempted: rank 0's names the
+  // checkpoint it committed, so it is the one told, whichever rank ends first.
+  std::string preempted;
+  int preempted_rank = -1;
   bool stopping = false;
   Clock::time_point kill_at{};
   int running = options.processes;
-  // `forward` is the signal the workers get: SIGTERM, or the preemption
-  // signal the supervisor itself received, so workers can checkpoint.
+  // `forward` is the signal the workers get: SIGTERM on a failure, else the
+  // very signal the supervisor received (SIGINT interrupts; the preemption
+  // signal lets the workers checkpoint): each rank tells them apart as a
+  // single process does.
   auto stop_all = [&](const std::string& why, int forward = SIGTERM) {
     if (stopping) return;
     stopping = true;
@@ -254,7 +269,11 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
       }
       if (exited && code == kPreemptedExit) {
         // Preempted: every rank agreed, a checkpoint was committed. Not a failure.
-        if (preempted.empty()) preempted = w->has_report ? w->report : "preempted";
+        if (preempted_rank < 0 || w->rank < preempted_rank) {
+          preempted_rank = w->rank;
+          preempted = w->has_report ? w->report : "preempted; rank " + std::to_string(w->rank) +
+                                                      " reported no checkpoint committed";
+        }
         continue;
       }
       if (w->accounted) continue;  // already reported (hung, stopped responding, never started)
@@ -293,7 +312,7 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
       if (const int s = signal ? signal->load() : 0) {
         const std::string why = std::string("interrupted by SIG") + sigabbrev_np(s);
         failures.push_back({-1, why, 130, true});
-        stop_all(why, s == SIGINT ? SIGTERM : s);
+        stop_all(why, s);
       }
       for (auto& w : workers) {
         if (!w.running || w.accounted) continue;
@@ -316,7 +335,7 @@ SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<i
   // Preempted workers and no failure but the signal that caused it: the run
   // was preempted, not failed.
   const bool only_signal = std::all_of(failures.begin(), failures.end(), [](const Observed& f) { return f.rank < 0; });
-  if (!preempted.empty() && only_signal) {
+  if (preempted_rank >= 0 && only_signal) {
     result.exit_code = kPreemptedExit;
     result.report = preempted;
     return result;

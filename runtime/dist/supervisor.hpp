@@ -27,6 +27,7 @@ struct SupervisorOptions {
   std::chrono::milliseconds startup_timeout{60000};
   std::chrono::milliseconds heartbeat_timeout{60000};  // then a silent worker counts as hung after this
   std::chrono::milliseconds grace{10000};              // SIGTERM -> SIGKILL
+  std::vector<std::pair<std::string, std::string>> env;  // set for every worker (e.g. the run directory's lock)
 };
 
 struct SupervisorResult {
@@ -35,7 +36,10 @@ struct SupervisorResult {
 };
 
 // Runs the workers to completion. `signal` is the supervisor's own
-// SIGINT/SIGTERM flag: when set, workers are stopped as on a failure.
+// SIGINT/SIGTERM/SIGUSR1 flag: when set, the workers get that very signal
+// (SIGINT stays an interruption, the manifest's preemption signal a
+// preemption: each rank decides, as a single process would) and are stopped
+// as on a failure unless they all end preempted.
 SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<int>* signal);
 
 }  // namespace kiln

@@ -41,6 +41,7 @@
 #include "util/durable_file.hpp"
 #include "util/errors.hpp"
 #include "util/process_info.hpp"
+#include "util/run_dir_lock.hpp"
 
 namespace kiln {
 
@@ -137,7 +138,9 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     stop_.emplace(max_epochs_, max_steps_, dist_ ? kAgreeEveryNSteps : 1, max_seconds);
     // Lightning's fast_dev_run writes no checkpoints either.
     checkpointing_ = m_.checkpoint.enabled && command_ == Command::fit && t.fast_dev_run == 0;
-    if (m_.checkpoint.enabled && m_.checkpoint.preempt_signal != PreemptSignal::none)
+    // Preempted means a checkpoint, then exit 75: only a run that writes
+    // checkpoints can be; elsewhere the signal interrupts (exit 130).
+    if (checkpointing_ && m_.checkpoint.preempt_signal != PreemptSignal::none)
       preempt_signal_ = m_.checkpoint.preempt_signal == PreemptSignal::sigusr1 ? SIGUSR1 : SIGTERM;
     if (resume) resume_ = *resume;
   }
@@ -328,11 +331,14 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
 
   bool checkpointing() const override { return checkpointing_; }
 
+  // Every rank names the file rank 0 committed (Checkpointer::commit returns
+  // it on each), so the supervisor's line names it whichever rank ends first.
   [[noreturn]] void preempted(const TrainPosition& position) override {
     const auto file = save_checkpoint(position);
-    throw RunAborted(KILN_FAILURE_PREEMPTED, "preempted by " + std::string(signal_name(preempt_signal_)) +
-                                                 "; checkpoint committed: " + file.string() +
-                                                 " (continue with --resume last)");
+    const std::string by = "preempted by " + std::string(signal_name(preempt_signal_));
+    if (file.empty()) throw RunAborted(KILN_FAILURE_PREEMPTED, by + "; no checkpoint was committed");
+    throw RunAborted(KILN_FAILURE_PREEMPTED,
+                     by + "; checkpoint committed: " + file.string() + " (continue with --resume last)");
   }
 
   void log_row(const std::map<std::string, double>& row) override {
@@ -361,7 +367,7 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
   }
 
   static RunAborted interrupted(int s) {
-    return RunAborted(KILN_FAILURE_INTERRUPTED, std::string("interrupted by ") + (s == SIGTERM ? "SIGTERM" : "SIGINT"));
+    return RunAborted(KILN_FAILURE_INTERRUPTED, std::string("interrupted by ") + signal_name(s));
   }
 
   void configure_torch() {
@@ -601,7 +607,12 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
   // ranks agreed — is anything written: a refused config, a checkpoint of
   // another model or a disagreement (exit 2 or 1) leaves the disk as it was.
   void open_run_dir() {
-    std::filesystem::create_directories(m_.run.dir);
+    // One run directory, one run: rank 0 locks a directory it creates now,
+    // unless this run's top process already holds it (util/run_dir_lock.hpp).
+    if (rank() == 0)
+      create_and_lock_run_dir(m_.run.dir);
+    else
+      std::filesystem::create_directories(m_.run.dir);
     if (rank() == 0) loggers_.open();
     if (checkpointing_) checkpointer_->open();
   }

@@ -179,26 +179,60 @@ TEST(ShmAllReduce, AStoppedPeerEndsTheWaitAtTheTimeout) {
   EXPECT_GE(seconds, 0.5);
 }
 
-TEST(ShmSegment, TheNameIsGoneOnceUnlinkedAndTheMappingStays) {
+// What /dev/shm holds under this process's pid, as a POSIX segment name
+// (kiln-<pid>-*) would appear there.
+std::vector<std::string> names_of_this_process() {
+  std::vector<std::string> out;
+  const std::string prefix = "kiln-" + std::to_string(::getpid()) + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path().filename());
+  return out;
+}
+
+// The segment never has a name in /dev/shm (a SIGKILL at any instant leaves
+// nothing there): others open it by the creator's handle until it is withdrawn.
+TEST(ShmSegment, NothingIsNamedInDevShmAndTheHandleGoesOnceWithdrawn) {
   ShmSegment segment = ShmSegment::create(8192);
   const std::string name = segment.name();
-  ASSERT_TRUE(std::filesystem::exists("/dev/shm" + name));
+  EXPECT_TRUE(names_of_this_process().empty());
+  EXPECT_EQ(name.rfind("/proc/" + std::to_string(::getpid()) + "/fd/", 0), 0u) << name;
   ShmSegment other = ShmSegment::open(name, 8192);
   segment.unlink();
-  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name));
   static_cast<char*>(segment.data())[100] = 'k';
   EXPECT_EQ(static_cast<char*>(other.data())[100], 'k') << "one memory, two mappings";
   EXPECT_THROW(ShmSegment::open(name, 8192), std::runtime_error);
+  EXPECT_TRUE(names_of_this_process().empty());
 }
 
-TEST(ShmSegment, DestroyingTheCreatorRemovesTheName) {
+// Another process opens it by the handle (as the other ranks do), and it is
+// one memory with the creator's.
+TEST(ShmSegment, AnotherProcessOpensItByTheHandle) {
+  ShmSegment segment = ShmSegment::create(8192);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    try {
+      ShmSegment mine = ShmSegment::open(segment.name(), 8192);
+      static_cast<char*>(mine.data())[7] = 'x';
+      std::_Exit(0);
+    } catch (...) {
+      std::_Exit(1);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(static_cast<char*>(segment.data())[7], 'x');
+}
+
+TEST(ShmSegment, DestroyingTheCreatorWithdrawsTheHandle) {
   std::string name;
   {
     ShmSegment segment = ShmSegment::create(4096);
     name = segment.name();
-    ASSERT_TRUE(std::filesystem::exists("/dev/shm" + name));
+    ASSERT_NO_THROW(ShmSegment::open(name, 4096));
   }
-  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + name));
+  EXPECT_THROW(ShmSegment::open(name, 4096), std::runtime_error);
+  EXPECT_TRUE(names_of_this_process().empty());
 }
 
 TEST(ShmSegment, ASegmentTooSmallIsRefused) {
