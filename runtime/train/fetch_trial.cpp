@@ -22,6 +22,29 @@ FetchMode unmeasured_mode(int intra_op_threads, int prefetch_threads, int cores)
   return intra_op_threads + std::max(1, prefetch_threads) <= cores ? FetchMode::thread : FetchMode::inline_;
 }
 
+AutoStart auto_start(int intra_op_threads, int prefetch_threads, int cores, int world_size) {
+  const int ranks = std::max(1, world_size);
+  const int share = std::max(1, cores / ranks);
+  if (intra_op_threads >= share) {
+    std::string log;
+    if (ranks == 1) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "trainer.prefetch = auto: get_batch inline (%d intra-op thread%s %s the %d core%s: a prefetch "
+                    "thread would compete with %s)",
+                    intra_op_threads, intra_op_threads == 1 ? "" : "s", intra_op_threads == 1 ? "fills" : "fill",
+                    share, share == 1 ? "" : "s", intra_op_threads == 1 ? "it" : "them");
+      log = line;
+    }
+    return {AutoStart::Kind::inline_, share, log};
+  }
+  if (ranks > 1)
+    return {unmeasured_mode(intra_op_threads, prefetch_threads, share) == FetchMode::thread ? AutoStart::Kind::thread
+                                                                                             : AutoStart::Kind::inline_,
+            share, {}};
+  return {AutoStart::Kind::trial, share, {}};
+}
+
 FetchTrial::FetchTrial(FetchMode fallback, Shape shape) : fallback_(fallback), shape_(shape) {
   shape_.window = std::max<size_t>(shape_.window, 3);  // at least one timed step
   shape_.windows_per_mode = std::max<size_t>(shape_.windows_per_mode, 1);

@@ -31,10 +31,23 @@ const char* fetch_mode_name(FetchMode mode);
 // that cannot be read).
 int usable_cores();
 
-// The mode to use where nothing was measured (an epoch too short for the
-// trial, evaluation before any training): a prefetch thread only when a core
-// is left over beside the intra-op threads.
+// The mode to use where nothing was measured: a prefetch thread only when
+// the prefetch threads fit beside the intra-op threads in `cores`.
 FetchMode unmeasured_mode(int intra_op_threads, int prefetch_threads, int cores);
+
+// How `auto` starts on the CPU, before anything is measured:
+//   - the intra-op threads fill this rank's share of the cores (cores /
+//     ranks): inline, no trial (a prefetch thread could only take time from
+//     them);
+//   - else, with several processes: unmeasured_mode over the share (a rank
+//     cannot time itself alone);
+//   - else (one process, a core left over): the trial.
+struct AutoStart {
+  enum class Kind { inline_, thread, trial } kind;
+  int share;        // the cores this rank counts as its own
+  std::string log;  // one line for the log (one process, inline), else empty
+};
+AutoStart auto_start(int intra_op_threads, int prefetch_threads, int cores, int world_size);
 
 // The trial's length (outside the class: a default argument of its own
 // class cannot use its member initializers).

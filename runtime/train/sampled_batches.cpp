@@ -50,6 +50,7 @@ class Fetched final : public BatchStream {
     if (mover_->moves()) request_.prepare = [mover = mover_](kiln_batch& b) { mover->pin(b); };
   }
   int64_t size() const override { return static_cast<int64_t>(size_); }
+  int64_t first_batch() const override { return request_.plan->first_batch; }
   BatchPtr next() override {
     if (!mover_->moves()) return fetch();
     if (!staged_) stage();
@@ -142,21 +143,16 @@ SampledBatches::SampledBatches(DataModuleProxy data, SamplingSettings settings, 
       // thread), so there is nothing to measure. Trying it anyway made
       // mlp32's steps 2-4x slower for the trial's windows, 0.03-0.1 s of a
       // 0.27 s epoch; a prefetch thread per rank for two one-thread ranks on
-      // 2 cores cost mlp256 ~10 % (bench/README.md).
-      const int cores = settings_.cores > 0 ? settings_.cores : usable_cores();
-      const int share = std::max(1, cores / std::max(1, static_cast<int>(settings_.world_size)));
-      if (unmeasured_mode(at::get_num_threads(), settings_.prefetch_threads, share) == FetchMode::inline_) {
-        fixed_ = FetchMode::inline_;
-        if (settings_.world_size == 1)
-          spdlog::info("trainer.prefetch = auto: get_batch inline ({} intra-op thread{} fill the {} core{}: a "
-                       "prefetch thread would compete with them)",
-                       at::get_num_threads(), at::get_num_threads() == 1 ? "" : "s", cores, cores == 1 ? "" : "s");
-        break;
-      }
-      // Several processes share the cores in ways one rank cannot time alone
-      // (each rank's trial would time the others too).
-      if (settings_.world_size > 1) {
-        fixed_ = FetchMode::thread;
+      // 2 cores cost mlp256 ~10 % (bench/README.md). Several processes share
+      // the cores in ways one rank cannot time alone (each rank's trial would
+      // time the others too): they go by the cores left over. One process
+      // with a core left over runs the trial (train/fetch_trial.hpp).
+      const AutoStart start = auto_start(at::get_num_threads(), settings_.prefetch_threads,
+                                         settings_.cores > 0 ? settings_.cores : usable_cores(),
+                                         static_cast<int>(settings_.world_size));
+      if (!start.log.empty()) spdlog::info("{}", start.log);
+      if (start.kind != AutoStart::Kind::trial) {
+        fixed_ = start.kind == AutoStart::Kind::thread ? FetchMode::thread : FetchMode::inline_;
         break;
       }
       trial_.emplace(FetchMode::thread, settings_.trial);
@@ -171,10 +167,11 @@ int64_t SampledBatches::batches_per_epoch(kiln_split split, const EpochSpec& spe
 }
 
 std::unique_ptr<BatchStream> SampledBatches::open(kiln_split split, const EpochSpec& spec, int64_t epoch,
-                                                  int64_t first_batch) {
+                                                  int64_t first_sample) {
   const int64_t n = length(split);
-  BatchPlan plan = plan_epoch(sampler_options(settings_, split, spec, n), epoch, n, orders_);
-  plan.drop_front(static_cast<size_t>(first_batch));  // a resumed epoch continues where it stopped
+  SamplerOptions options = sampler_options(settings_, split, spec, n);
+  options.first_sample = first_sample;  // a resumed epoch continues where it stopped
+  BatchPlan plan = plan_epoch(options, epoch, n, orders_);
   if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
     spdlog::debug("epoch 0 order starts {} {} {} {} {}", plan.indices[0], plan.indices[1], plan.indices[2],
                   plan.indices[3], plan.indices[4]);

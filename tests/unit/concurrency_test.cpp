@@ -418,6 +418,20 @@ TEST_F(PrefetcherTest, PrefetchAutoGathersInlineWithoutATrialWhenTheIntraOpThrea
   EXPECT_EQ(g_data.off_main.load(), 0);
 }
 
+// A core left over beside the intra-op threads runs the trial, as
+// docs/manifest.md says, whatever trainer.prefetch_threads is: the prefetch
+// threads are what its thread windows time. (It went inline untried, with a
+// log line saying the intra-op threads filled the cores.)
+TEST_F(PrefetcherTest, PrefetchAutoRunsItsTrialWhenACoreIsLeftOverWhateverThePrefetchThreads) {
+  kiln::SamplingSettings s = sampling(kiln::PrefetchPolicy::automatic);  // cores: the intra-op threads + 1
+  s.prefetch_threads = 2;
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), s, c10::Device(c10::kCPU));
+  ASSERT_NE(batches.trial(), nullptr) << "a core is left over: auto runs its trial";
+  EXPECT_EQ(run_epoch(batches, 0, 30), iota(30));
+  EXPECT_GT(g_data.on_main.load(), 0) << "the trial's inline windows ran";
+  EXPECT_GT(g_data.off_main.load(), 0) << "the trial's thread windows ran";
+}
+
 // An error from get_batch surfaces with the data module named, whichever way
 // the batch was fetched: in a trial window of either mode.
 TEST_F(PrefetcherTest, PrefetchAutoReportsAGetBatchErrorInEitherMode) {

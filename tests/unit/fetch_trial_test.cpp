@@ -135,4 +135,47 @@ TEST(FetchTrial, WithoutAMeasurementAThreadOnlyWhereACoreIsLeftOver) {
   EXPECT_GE(kiln::usable_cores(), 1);
 }
 
+// trainer.prefetch = auto on the CPU before anything is measured: inline
+// only when the intra-op threads fill the cores (a rank's share of them); one
+// process with a core left over runs the trial, whatever prefetch_threads is;
+// several processes go by what is left over. The log line says what is true.
+TEST(AutoStart, RunsTheTrialInOneProcessWhenACoreIsLeftOver) {
+  using Kind = kiln::AutoStart::Kind;
+  EXPECT_EQ(kiln::auto_start(1, 1, 2, 1).kind, Kind::trial);
+  // run.threads = 1 on 2 cores with 2 prefetch threads: a core is left over
+  // beside the intra-op thread; it went inline untried, logging "1 intra-op
+  // thread fill the 2 cores".
+  const kiln::AutoStart two = kiln::auto_start(1, 2, 2, 1);
+  EXPECT_EQ(two.kind, Kind::trial);
+  EXPECT_EQ(two.log, "");
+  EXPECT_EQ(kiln::auto_start(3, 4, 8, 1).kind, Kind::trial);
+}
+
+TEST(AutoStart, GathersInlineWhenTheIntraOpThreadsFillTheCoresAndSaysSoTruly) {
+  using Kind = kiln::AutoStart::Kind;
+  const kiln::AutoStart two = kiln::auto_start(2, 1, 2, 1);
+  EXPECT_EQ(two.kind, Kind::inline_);
+  EXPECT_EQ(two.log,
+            "trainer.prefetch = auto: get_batch inline (2 intra-op threads fill the 2 cores: a prefetch thread would "
+            "compete with them)");
+  const kiln::AutoStart one = kiln::auto_start(1, 1, 1, 1);
+  EXPECT_EQ(one.kind, Kind::inline_);
+  EXPECT_EQ(one.log,
+            "trainer.prefetch = auto: get_batch inline (1 intra-op thread fills the 1 core: a prefetch thread would "
+            "compete with it)");
+  EXPECT_EQ(kiln::auto_start(4, 1, 2, 1).kind, Kind::inline_);
+}
+
+TEST(AutoStart, SeveralProcessesGoByTheirShareOfTheCoresWithoutATrial) {
+  using Kind = kiln::AutoStart::Kind;
+  const kiln::AutoStart filled = kiln::auto_start(1, 1, 2, 2);  // two one-thread ranks on 2 cores
+  EXPECT_EQ(filled.kind, Kind::inline_);
+  EXPECT_EQ(filled.share, 1);
+  EXPECT_EQ(filled.log, "") << "each rank would log it";
+  EXPECT_EQ(kiln::auto_start(1, 1, 4, 2).kind, Kind::thread);
+  EXPECT_EQ(kiln::auto_start(1, 2, 4, 2).kind, Kind::inline_) << "two prefetch threads do not fit beside it";
+  EXPECT_EQ(kiln::auto_start(2, 1, 8, 2).kind, Kind::thread);
+  EXPECT_EQ(kiln::auto_start(1, 1, 1, 4).share, 1);
+}
+
 }  // namespace
