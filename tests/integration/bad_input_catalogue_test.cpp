@@ -143,6 +143,15 @@ void fashion_mnist_damaged(Case& c, const std::string& file, const std::function
   c.names = file;
 }
 
+// The model plugin's first `length` bytes, as [model]'s path.
+void truncated_plugin(Case& c, size_t length) {
+  const std::string bytes = bytes_of(plugin_dir() / "libkiln_mlp.so");
+  ASSERT_GT(bytes.size(), length);
+  put_bytes(c.dir / "libkiln_mlp_cut.so", bytes.substr(0, length));
+  rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"" + (c.dir / "libkiln_mlp_cut.so").string() + "\"");
+  c.names = "libkiln_mlp_cut.so";
+}
+
 // The charlm model on a token file written into the case's directory.
 void token_stream_case(Case& c, const std::string& file, const std::string& data_keys) {
   rewrite_manifest(c, "[model]\npath = \"kiln_mlp\"\nin_features = 32\nhidden = [16]\nclasses = 4\n",
@@ -280,6 +289,18 @@ std::vector<BadInput> catalogue() {
          rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"" + (c.dir / "libempty.so").string() + "\"");
          c.args = fit(c);
          c.names = "libempty.so";
+       }},
+      // A plugin cut short by an interrupted copy: dlopen would map pages past
+      // the end of the file (SIGBUS); the loader reads the ELF headers first.
+      {"plugin_truncated_to_4_kib", [](Case& c) { truncated_plugin(c, 4096); c.args = fit(c); }},
+      {"plugin_truncated_to_64_kib", [](Case& c) { truncated_plugin(c, 65536); c.args = fit(c); }},
+      {"inspect_manifest_with_a_plugin_truncated_to_4_kib", [](Case& c) {
+         truncated_plugin(c, 4096);
+         c.args = {"inspect", c.manifest.string()};
+       }},
+      {"inspect_plugin_truncated_to_64_kib", [](Case& c) {
+         truncated_plugin(c, 65536);
+         c.args = {"inspect", (c.dir / "libkiln_mlp_cut.so").string()};
        }},
       {"plugin_of_the_wrong_kind", [](Case& c) { rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"kiln_synthetic\""); c.args = fit(c); c.names = "kiln_synthetic"; }},
       // --- data files --------------------------------------------------------------
