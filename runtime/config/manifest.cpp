@@ -1090,6 +1090,23 @@ void apply_override(toml::table& root, const std::string& arg, Context& ctx) {
 // ---------------------------------------------------------------------------
 // Reading the file
 
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
+// The byte offset of "line:col" (as non_ascii_outside_strings gives it:
+// columns count bytes from 1) in `text`.
+size_t byte_at(const std::string& text, const std::string& line_col) {
+  const size_t colon = line_col.find(':');
+  size_t line = std::stoul(line_col.substr(0, colon));
+  const size_t column = std::stoul(line_col.substr(colon + 1));
+  size_t offset = 0;
+  while (--line > 0 && offset < text.size()) {
+    const size_t newline = text.find('\n', offset);
+    if (newline == std::string::npos) return text.size();
+    offset = newline + 1;
+  }
+  return std::min(text.size(), offset + column - 1);
+}
+
 std::string read_manifest(const fs::path& file, const std::string& shown) {
   errno = 0;
   std::FILE* f = std::fopen(file.c_str(), "rb");
@@ -1176,11 +1193,19 @@ Manifest load_manifest(const fs::path& file, const std::vector<std::string>& ove
   absolute = absolute.lexically_normal();
   ctx.dir = absolute.parent_path();
 
-  const std::string text = read_manifest(file, ctx.file);
+  std::string text = read_manifest(file, ctx.file);
+  // A UTF-8 byte-order mark before the first line (editors on Windows write
+  // one) is not part of the TOML: dropped, so line 1 column 1 is the first
+  // character an editor shows. Anywhere else it is refused, by name.
+  if (text.rfind(kUtf8Bom, 0) == 0) text.erase(0, kUtf8Bom.size());
   toml::table root;
-  if (const std::string at = non_ascii_outside_strings(text); !at.empty())
+  if (const std::string at = non_ascii_outside_strings(text); !at.empty()) {
+    if (text.compare(byte_at(text, at), kUtf8Bom.size(), kUtf8Bom) == 0)
+      fail(ctx.file + ":" + at + ": a byte-order mark (U+FEFF) outside a string, not at the start of the file "
+           "(only the file's first bytes may hold one); delete it");
     fail(ctx.file + ":" + at + ": a non-ASCII character outside a string or comment (TOML keys are ASCII; "
          "quote the key or the value)");
+  }
   try {
     root = toml::parse(std::string_view(text), std::string_view(ctx.file));
   } catch (const toml::parse_error& e) {

@@ -293,8 +293,9 @@ std::vector<TableSchema> declare_schema() {
   trainer.key("prefetch", &TrainerConfig::prefetch,
               "how get_batch runs: `thread` on prefetch threads ahead of the step; `inline` on the main thread "
               "just before the step; `auto`: on the CPU, `inline` when the intra-op threads fill the cores (each "
-              "rank's share of them), else in one process a trial early in the first epoch times both and keeps "
-              "the faster; on a GPU `thread`");
+              "rank's share of them); else, in one process, a trial early in the first epoch times both and keeps "
+              "the faster, and with several processes `thread` when the prefetch threads fit beside the intra-op "
+              "threads in the rank's share, else `inline`; on a GPU `thread`");
   trainer.key("prefetch_threads", &TrainerConfig::prefetch_threads, "host threads calling the data module's get_batch")
       .between(1, 1024);
   trainer.key("prefetch_depth", &TrainerConfig::prefetch_depth, "batches in flight ahead of the step")

@@ -476,6 +476,32 @@ TEST_F(ManifestTest, UnknownKeyColumnFollowsIndentation) {
   EXPECT_EQ(message.rfind(at(2, 5) + "unknown key 'lerning_rate' in [optimizer]", 0), 0u) << message;
 }
 
+// A UTF-8 byte-order mark before the first line, as editors on Windows
+// save one: accepted, and positions are those the editor shows. It was
+// refused as "a non-ASCII character outside a string".
+TEST_F(ManifestTest, AByteOrderMarkAtTheStartIsAccepted) {
+  const std::string bom = "\xEF\xBB\xBF";
+  const Manifest m = load(bom + "[trainer]\nmax_epochs = 7\n" + kMinimal);
+  EXPECT_EQ(m.trainer.max_epochs, 7);
+  EXPECT_EQ(m.text, load(std::string("[trainer]\nmax_epochs = 7\n") + kMinimal).text);
+  EXPECT_EQ(error(bom + "[optimizer]\n    lerning_rate = 0.1\n" + kMinimal).rfind(at(2, 5) + "unknown key 'lerning_rate'", 0),
+            0u);
+  // Line 1's columns start after the mark.
+  EXPECT_EQ(error(bom + "a\xC6\x93 = 1\n" + kMinimal).rfind(at(1, 2) + "a non-ASCII character outside a string", 0),
+            0u);
+}
+
+TEST_F(ManifestTest, AByteOrderMarkAnywhereElseIsRefusedByName) {
+  const std::string bom = "\xEF\xBB\xBF";
+  EXPECT_EQ(error(std::string(kMinimal) + bom + "[trainer]\n"),
+            at(6, 1) + "a byte-order mark (U+FEFF) outside a string, not at the start of the file (only the file's "
+                       "first bytes may hold one); delete it");
+  EXPECT_EQ(error(bom + bom + kMinimal).rfind(at(1, 1) + "a byte-order mark (U+FEFF)", 0), 0u) << "one mark, not two";
+  EXPECT_EQ(error(std::string("[trainer]\nmax_epochs = 7") + bom + "\n" + kMinimal)
+                .rfind(at(2, 15) + "a byte-order mark (U+FEFF)", 0),
+            0u);
+}
+
 TEST_F(ManifestTest, UnknownKeyFromDottedKeyAtTopLevel) {
   // Before any [table] header, a dotted key defines a table implicitly.
   const std::string message = error(std::string("trainer.max_epoch = 3\n") + kMinimal);

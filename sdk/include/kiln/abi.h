@@ -175,7 +175,7 @@ typedef int32_t kiln_error_code;
 
 /* Flags of kiln_descriptor.flags. */
 /* get_batch may run on several host threads at once. Without this flag the
- * host calls get_batch from one prefetch thread at a time. */
+ * host calls get_batch from one thread at a time. */
 #define KILN_DATA_CONCURRENT_GET_BATCH (1ull << 0)
 
 /* Flags of the parameter visitor. */
@@ -443,9 +443,12 @@ typedef struct kiln_data_hooks {
    * passes to the host). Tensors are on the CPU; conventionally "input" and
    * "target". The data module never sees a device, a rank or a generator: the
    * host samples, shards, orders and places.
-   * Threads: runs on host prefetch threads, never on the main thread; one call
-   * at a time unless the descriptor sets KILN_DATA_CONCURRENT_GET_BATCH.
-   * It may overlap with the model's hooks on the main thread. Required. */
+   * Threads: on a host prefetch thread, where it may overlap with the
+   * model's hooks on the main thread, or on the main thread itself, between
+   * steps, when the host gathers inline (trainer.prefetch = "inline", or
+   * "auto" when it chooses inline); a data module must work on either, and
+   * may not call [main-thread] services. One call at a time unless the
+   * descriptor sets KILN_DATA_CONCURRENT_GET_BATCH. Required. */
   kiln_error* (*get_batch)(kiln_instance* self, kiln_split split, const int64_t* indices,
                            size_t count, kiln_batch** out);
 } kiln_data_hooks;
