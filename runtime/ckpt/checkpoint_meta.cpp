@@ -35,6 +35,9 @@ CheckpointMeta parse_meta(const std::filesystem::path& path, std::string_view te
     if (key == "epoch") meta.position.epoch = parse_count_in(path, "the epoch in its metadata", value);
     else if (key == "next_batch") meta.position.next_batch = parse_count_in(path, "the batch in its metadata", value);
     else if (key == "global_step") meta.position.global_step = parse_count_in(path, "the global step in its metadata", value);
+    else if (key == "next_sample") meta.position.next_sample = parse_count_in(path, "the sample position in its metadata", value);
+    else if (key == "world_size") meta.saved_by.world_size = parse_count_in(path, "the world size in its metadata", value);
+    else if (key == "batch_size") meta.saved_by.batch_size = parse_count_in(path, "the batch size in its metadata", value);
     else if (key == "monitor") meta.monitor = std::string(value);
     else if (key == "monitored" && !value.empty()) meta.monitored = std::strtod(std::string(value).c_str(), nullptr);
     else if (key == "kiln") meta.kiln_version = std::string(value);
@@ -48,13 +51,18 @@ int64_t parse_count(const CheckpointFile& file, const std::string& what, std::st
   return parse_count_in(file.path(), what, text);
 }
 
-std::string meta_text(const TrainPosition& position, const std::string& monitor, std::optional<double> monitored) {
+std::string meta_text(const TrainPosition& position, const std::string& monitor, std::optional<double> monitored,
+                      const SavedBy& saved_by) {
   char value[64] = "";
   if (monitored) std::snprintf(value, sizeof value, "%a", *monitored);
   std::ostringstream out;
   out << "format " << kCheckpointFormat << "\nkiln " << KILN_VERSION << "\nepoch " << position.epoch
       << "\nnext_batch " << position.next_batch << "\nglobal_step " << position.global_step << "\nmonitor "
       << monitor << "\nmonitored " << value << "\n";
+  // Older readers skip keys they do not know.
+  if (position.next_sample >= 0) out << "next_sample " << position.next_sample << "\n";
+  if (saved_by.world_size > 0) out << "world_size " << saved_by.world_size << "\n";
+  if (saved_by.batch_size > 0) out << "batch_size " << saved_by.batch_size << "\n";
   return out.str();
 }
 

@@ -17,17 +17,33 @@ struct TrainPosition {
   int64_t epoch = 0;       // the epoch to run next (or continue)
   int64_t next_batch = 0;  // the batch of that epoch to run next
   int64_t global_step = 0;
+  // Where the epoch continues in its global sample order: its first
+  // next_sample samples (all ranks' batches together) are trained. This,
+  // not next_batch, is what a resumed run goes by, so that another world
+  // size or batch size continues exactly (train/sampler.hpp). -1: not
+  // recorded (a checkpoint from an older kiln: next_batch of the same
+  // world size and batch size).
+  int64_t next_sample = -1;
+};
+
+// The run that saved a checkpoint: how many processes, how many samples in
+// each one's batch. 0: not recorded (an older kiln).
+struct SavedBy {
+  int64_t world_size = 0;
+  int64_t batch_size = 0;
 };
 
 struct CheckpointMeta {
   TrainPosition position;
+  SavedBy saved_by;
   std::string monitor;
   std::optional<double> monitored;
   std::string kiln_version;
 };
 
 // The "meta" section's text.
-std::string meta_text(const TrainPosition& position, const std::string& monitor, std::optional<double> monitored);
+std::string meta_text(const TrainPosition& position, const std::string& monitor, std::optional<double> monitored,
+                      const SavedBy& saved_by = {});
 CheckpointMeta read_meta(const CheckpointFile& file);
 // The same, from a directory listing's read of the file (no checksum check).
 CheckpointMeta read_meta(const CheckpointHead& head);

@@ -212,7 +212,7 @@ at::Tensor read_tensor_section(const CheckpointFile& file, const std::string& na
 
 void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
   CheckpointWriter writer(file);
-  writer.add("meta", meta_text(s.position, s.monitor, s.monitored));
+  writer.add("meta", meta_text(s.position, s.monitor, s.monitored, s.saved_by));
   writer.add("manifest", s.manifest_text);
   for (const auto& [name, t] : *s.params) add_tensor(writer, "param/" + name, t);
   for (const auto& [name, t] : *s.buffers) add_tensor(writer, "buffer/" + name, t);
@@ -238,6 +238,9 @@ void save_run_state(const std::filesystem::path& file, const RunStateView& s) {
   }
   writer.add("metrics/latest", s.metrics_latest);
   writer.add("metrics/pending", s.metrics_pending);
+  for (size_t r = 0; r < s.metrics_state.size(); ++r) writer.add("metrics/state/" + std::to_string(r), s.metrics_state[r]);
+  for (size_t r = 0; r < s.tensor_metrics_state.size(); ++r)
+    writer.add("metrics/tensor_state/" + std::to_string(r), s.tensor_metrics_state[r]);
   writer.add("metrics/csv", s.csv);
   if (!s.loggers.empty()) writer.add("metrics/loggers", s.loggers);  // absent: csv only, as before
   writer.commit();
@@ -314,6 +317,7 @@ void restore_run_state(const CheckpointFile& file, RunStateView& s) {
 
   const CheckpointMeta meta = read_meta(file);
   s.position = meta.position;
+  s.saved_by = meta.saved_by;
   s.monitored = meta.monitored;
   s.plugin_states.clear();
   for (const auto& name : file.names()) {
@@ -325,6 +329,18 @@ void restore_run_state(const CheckpointFile& file, RunStateView& s) {
   if (s.scaler && file.has("amp/scaler")) *s.scaler = read_scaler(file);
   s.metrics_latest = std::string(file.section("metrics/latest"));
   s.metrics_pending = std::string(file.section("metrics/pending"));
+  s.metrics_state.clear();
+  s.tensor_metrics_state.clear();
+  for (size_t r = 0; file.has("metrics/state/" + std::to_string(r)); ++r) {
+    const std::string tensors = "metrics/tensor_state/" + std::to_string(r);
+    if (!file.has(tensors)) throw CheckpointError(where + ": section '" + tensors + "' is missing");
+    s.metrics_state.emplace_back(file.section("metrics/state/" + std::to_string(r)));
+    s.tensor_metrics_state.emplace_back(file.section(tensors));
+  }
+  if (!s.metrics_state.empty() && meta.saved_by.world_size > 0 &&
+      s.metrics_state.size() != static_cast<size_t>(meta.saved_by.world_size))
+    throw CheckpointError(where + ": it holds the metrics of " + std::to_string(s.metrics_state.size()) +
+                          " ranks but was saved by " + std::to_string(meta.saved_by.world_size));
   s.csv = std::string(file.section("metrics/csv"));
   s.loggers = file.has("metrics/loggers") ? std::string(file.section("metrics/loggers")) : "";
 }

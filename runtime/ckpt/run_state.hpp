@@ -39,7 +39,12 @@ struct RunStateView {
   std::string optimizer_groups;
   PluginStates plugin_states;
   std::string metrics_latest;       // MetricStore::export_latest()
-  std::string metrics_pending;      // MetricStore::export_pending() (mid-epoch)
+  std::string metrics_pending;      // rank 0's MetricStore::export_pending(), for older kilns
+  // Every rank's unreduced metrics, in rank order (MetricStore::export_state,
+  // TensorMetrics::export_state): an interrupted epoch's metrics, exactly.
+  // Empty when restored from a checkpoint of an older kiln.
+  std::vector<std::string> metrics_state, tensor_metrics_state;
+  SavedBy saved_by;                 // this run's world size and batch size
   std::string csv;                  // metrics.csv so far
   std::string loggers;              // the other loggers' states (metrics/loggers.hpp): where each file ends
   // 16-mixed's gradient scaler, nullptr in other precisions. A checkpoint

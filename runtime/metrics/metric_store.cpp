@@ -164,6 +164,34 @@ void MetricStore::import(const std::string& latest, const std::string& pending) 
   }
 }
 
+// One line of export_state(): "<flags> <reduce> <sum> <weight> <extreme> <count> <name>".
+std::string MetricStore::export_state() const {
+  std::string out;
+  char line[512];
+  for (const auto& [name, a] : pending_) {
+    std::snprintf(line, sizeof line, "%u %u %a %a %a %lld ", a.flags, a.reduce, a.sum, a.weight, a.extreme,
+                  static_cast<long long>(a.count));
+    out += line + name + "\n";
+  }
+  return out;
+}
+
+void MetricStore::add_state(const std::string& state) {
+  std::istringstream in(state);
+  for (std::string line; std::getline(in, line);) {
+    unsigned flags = 0, reduce = 0;
+    double sum = 0, weight = 0, extreme = 0;
+    long long count = 0;
+    int consumed = 0;
+    if (std::sscanf(line.c_str(), "%u %u %la %la %la %lld %n", &flags, &reduce, &sum, &weight, &extreme, &count,
+                    &consumed) < 6 ||
+        consumed <= 0 || static_cast<size_t>(consumed) >= line.size() || count < 0 ||
+        (flags & KILN_METRIC_REDUCE_MASK) != reduce)
+      throw std::invalid_argument("not a metric's state: '" + line.substr(0, 80) + "'");
+    record_accumulated(line.substr(static_cast<size_t>(consumed)), flags, sum, weight, extreme, count);
+  }
+}
+
 void MetricStore::set_aside() {
   aside_ = std::move(pending_);
   pending_.clear();

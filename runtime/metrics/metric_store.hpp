@@ -41,6 +41,15 @@ class MetricStore {
   std::string export_latest() const;
   void import(const std::string& latest, const std::string& pending);
 
+  // For checkpoints, exactly: everything recorded since the last reduce,
+  // rank-zero-only metrics and flags included (export_pending leaves those
+  // out), as text that round-trips every double. add_state adds such a text
+  // to what is pending: into an empty store it restores the state bit for
+  // bit; states of several ranks added in rank order merge as reduce_merged
+  // would. Throws std::invalid_argument for a line it cannot read.
+  std::string export_state() const;
+  void add_state(const std::string& state);
+
   // Around a validation inside an epoch: the epoch's records so far leave
   // pending (reduce and export_pending do not see them) and come back.
   void set_aside();

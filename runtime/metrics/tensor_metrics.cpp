@@ -1,6 +1,7 @@
 #include "metrics/tensor_metrics.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <vector>
 
@@ -129,6 +130,56 @@ void TensorMetrics::flush_into(MetricStore& store) {
     }
   }
   if (!error.empty()) throw std::invalid_argument(error);
+}
+
+// One line a metric: "<flags> <reduce> <weight> <count> <host_sum>
+// <host_extreme> <host_count> <on_device> <device_sum> <device_extreme> <name>".
+std::string TensorMetrics::export_state() const {
+  std::string out;
+  char line[640];
+  for (const auto& [name, index] : by_name_) {
+    const Accumulator& a = entries_[index].pending;
+    if (a.count == 0) continue;
+    const bool on_device = a.device_sum.defined();
+    const double sum = on_device ? a.device_sum.item<double>() : 0.0;
+    const double extreme = on_device ? a.device_extreme.item<double>() : 0.0;
+    std::snprintf(line, sizeof line, "%u %u %a %lld %a %a %lld %d %a %a ", a.flags, a.reduce, a.weight,
+                  static_cast<long long>(a.count), a.host_sum, a.host_extreme, static_cast<long long>(a.host_count),
+                  on_device ? 1 : 0, sum, extreme);
+    out += line + name + "\n";
+  }
+  return out;
+}
+
+void TensorMetrics::import_state(const std::string& state, c10::Device device) {
+  for (Entry& e : entries_) e.pending = Accumulator{};
+  pending_count_ = 0;
+  size_t at = 0;
+  while (at < state.size()) {
+    const size_t end = std::min(state.find('\n', at), state.size());
+    const std::string line = state.substr(at, end - at);
+    at = end + 1;
+    Accumulator a;
+    long long count = 0, host_count = 0;
+    int on_device = 0, consumed = 0;
+    double sum = 0, extreme = 0;
+    if (std::sscanf(line.c_str(), "%u %u %la %lld %la %la %lld %d %la %la %n", &a.flags, &a.reduce, &a.weight, &count,
+                    &a.host_sum, &a.host_extreme, &host_count, &on_device, &sum, &extreme, &consumed) < 10 ||
+        consumed <= 0 || static_cast<size_t>(consumed) >= line.size() || count <= 0 || host_count < 0 ||
+        a.reduce > KILN_METRIC_REDUCE_MIN || (on_device != 0 && on_device != 1))
+      throw std::invalid_argument("not a tensor metric's state: '" + line.substr(0, 80) + "'");
+    a.count = count;
+    a.host_count = host_count;
+    if (on_device) {
+      const auto options = at::TensorOptions().dtype(at::kDouble).device(device);
+      a.device_sum = at::scalar_tensor(sum, options);
+      a.device_extreme = at::scalar_tensor(extreme, options);
+    }
+    const Key k = key(line.substr(static_cast<size_t>(consumed)));
+    Accumulator& slot = entries_[k.index_].pending;
+    if (slot.count == 0) ++pending_count_;
+    slot = std::move(a);
+  }
 }
 
 }  // namespace kiln

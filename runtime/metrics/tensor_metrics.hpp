@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 namespace kiln {
 
@@ -46,6 +47,16 @@ class TensorMetrics {
   // A log point: reads every pending metric (one device-to-host copy for all
   // of them) and hands it to `store`.
   void flush_into(MetricStore& store);
+
+  // For checkpoints: what is pending, read without flushing it (one
+  // device read per value left on a device), and put back. A run that
+  // saves a checkpoint inside an epoch then sums exactly as one that does
+  // not: the flush points, which decide the rounding, stay the epoch's.
+  // import_state replaces what is pending; values that lived on a device go
+  // back onto `device`. Throws std::invalid_argument for a line it cannot
+  // read.
+  std::string export_state() const;
+  void import_state(const std::string& state, c10::Device device);
 
   bool empty() const { return pending_count_ == 0; }
   // Device-to-host reads so far (for tests: reads per epoch, not per step).

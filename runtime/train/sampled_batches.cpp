@@ -171,6 +171,7 @@ std::unique_ptr<BatchStream> SampledBatches::open(kiln_split split, const EpochS
   const int64_t n = length(split);
   SamplerOptions options = sampler_options(settings_, split, spec, n);
   options.first_sample = first_sample;  // a resumed epoch continues where it stopped
+  options.saved_elsewhere = split == KILN_SPLIT_TRAIN && epoch == saved_elsewhere_epoch_;
   BatchPlan plan = plan_epoch(options, epoch, n, orders_);
   if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
     spdlog::debug("epoch 0 order starts {} {} {} {} {}", plan.indices[0], plan.indices[1], plan.indices[2],

@@ -37,8 +37,12 @@ class SampledBatches final : public BatchSource {
   int64_t length(kiln_split split) override { return data_.length(split); }
   int64_t batches_per_epoch(kiln_split split, const EpochSpec& spec) override;
   std::unique_ptr<BatchStream> open(kiln_split split, const EpochSpec& spec, int64_t epoch,
-                                    int64_t first_batch) override;
+                                    int64_t first_sample) override;
   [[noreturn]] void refuse_empty(kiln_split, const std::string& message) override { data_.refuse("length", message); }
+
+  // Epoch `epoch` continues from a checkpoint a run of another world size
+  // or batch size saved inside it (train/sampler.hpp, saved_elsewhere).
+  void continue_epoch_saved_elsewhere(int64_t epoch) { saved_elsewhere_epoch_ = epoch; }
 
   // How batches are fetched now (the decision of `auto` once its trial ran).
   FetchMode mode() const;
@@ -52,6 +56,7 @@ class SampledBatches final : public BatchSource {
   SamplingSettings settings_;
   c10::Device device_;
   EpochOrders orders_;  // the training order's generator, kept from epoch to epoch
+  int64_t saved_elsewhere_epoch_ = -1;
   FetchMode fixed_ = FetchMode::thread;  // without a trial
   std::optional<FetchTrial> trial_;
 };

@@ -79,33 +79,54 @@ BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t lengt
 
 namespace {
 
+// The batch sizes of a shard of `shard` samples.
+std::vector<int64_t> batch_sizes(int64_t shard, int64_t batch_size, bool drop_last) {
+  const int64_t full = shard / batch_size, rest = shard % batch_size;
+  std::vector<int64_t> sizes(static_cast<size_t>(full), batch_size);
+  if (rest > 0 && !drop_last) sizes.push_back(rest);
+  return sizes;
+}
+
 BatchPlan cut(const SamplerOptions& options, std::vector<int64_t> epoch_order, int64_t length) {
   BatchPlan plan;
-  plan.indices = std::move(epoch_order);
-  if (options.world_size > 1) {
-    const int64_t world = options.world_size;
-    std::vector<int64_t> order = std::move(plan.indices);
-    if (options.equal_shards) {
-      const int64_t per_rank = options.drop_last ? length / world : (length + world - 1) / world;
-      const int64_t total = per_rank * world;
-      for (int64_t i = length; i < total; ++i) order.push_back(order[(i - length) % length]);
-      order.resize(total);
-    }
-    plan.indices.clear();
-    for (size_t i = static_cast<size_t>(options.rank); i < order.size(); i += static_cast<size_t>(world))
-      plan.indices.push_back(order[i]);
-    length = static_cast<int64_t>(plan.indices.size());
-    if (length == 0) {
-      plan.offsets.push_back(0);
-      return plan;
+  const int64_t world = std::max<int64_t>(options.world_size, 1);
+  const int64_t start = std::clamp<int64_t>(options.first_sample, 0, length);
+  const bool resumed = options.first_sample > 0;
+  const bool unpadded = resumed && options.saved_elsewhere && options.equal_shards && !options.drop_last;
+  // The samples this plan covers: the epoch's order from `start` on.
+  std::vector<int64_t> order(epoch_order.begin() + start, epoch_order.end());
+  const int64_t rest = length - start;
+  if (world > 1 && options.equal_shards) {
+    // Padding repeats the order's start, as a whole epoch's does.
+    int64_t total = options.drop_last ? rest / world * world : (rest + world - 1) / world * world;
+    if (unpadded) total = rest == 0 ? 0 : std::max(rest, world);  // every rank needs a sample
+    for (int64_t i = rest; i < total; ++i) order.push_back(epoch_order[(i - rest) % length]);
+    order.resize(total);
+  }
+  for (size_t i = static_cast<size_t>(options.rank); i < order.size(); i += static_cast<size_t>(world))
+    plan.indices.push_back(order[i]);
+  const int64_t shard = static_cast<int64_t>(plan.indices.size());
+  std::vector<int64_t> sizes = batch_sizes(shard, options.batch_size, options.drop_last);
+  if (unpadded && world > 1 && !order.empty()) {
+    // Shards differ by one sample at most; every rank runs as many batches
+    // as the longest shard. One batch short: the last batch splits in two.
+    const size_t most = batch_sizes((static_cast<int64_t>(order.size()) + world - 1) / world, options.batch_size, false).size();
+    if (sizes.size() + 1 == most && !sizes.empty() && sizes.back() > 1) {
+      const int64_t last = sizes.back();
+      sizes.back() = last - last / 2;
+      sizes.push_back(last / 2);
+    } else if (sizes.size() + 1 == most) {  // batch size 1: a repeated sample
+      plan.indices.push_back(order[0]);
+      sizes.push_back(1);
     }
   }
-  int64_t batches = options.drop_last ? length / options.batch_size
-                                      : (length + options.batch_size - 1) / options.batch_size;
-  if (options.max_batches >= 0 && options.max_batches < batches) batches = options.max_batches;
+  if (resumed) plan.first_batch = options.first_sample / (options.batch_size * world);
+  size_t batches = sizes.size();
+  if (options.max_batches >= 0)
+    batches = std::min<size_t>(batches, static_cast<size_t>(std::max<int64_t>(options.max_batches - plan.first_batch, 0)));
   plan.offsets.reserve(batches + 1);
-  for (int64_t b = 0; b < batches; ++b) plan.offsets.push_back(b * options.batch_size);
-  plan.offsets.push_back(std::min<int64_t>(batches * options.batch_size, length));
+  plan.offsets.push_back(0);
+  for (size_t b = 0; b < batches; ++b) plan.offsets.push_back(plan.offsets.back() + static_cast<size_t>(sizes[b]));
   plan.indices.resize(plan.offsets.back());
   return plan;
 }

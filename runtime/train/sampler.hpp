@@ -18,6 +18,9 @@ namespace kiln {
 struct BatchPlan {
   std::vector<int64_t> indices;  // concatenated batches
   std::vector<size_t> offsets;   // batch b is indices[offsets[b] .. offsets[b+1])
+  // The epoch's batch number of the plan's first batch: 0, or where a
+  // resumed epoch continues (the loops number batches from the epoch's start).
+  int64_t first_batch = 0;
   size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   const int64_t* batch(size_t b) const { return indices.data() + offsets[b]; }
   size_t batch_size(size_t b) const { return offsets[b + 1] - offsets[b]; }
@@ -26,6 +29,7 @@ struct BatchPlan {
     if (count == 0 || offsets.empty()) return;
     count = std::min(count, size());
     offsets.erase(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(count));
+    first_batch += static_cast<int64_t>(count);
   }
 };
 
@@ -44,6 +48,22 @@ struct SamplerOptions {
   // drop_last, cut) to a multiple of world_size. Evaluation: no padding, so
   // every sample is counted exactly once; ranks may run different batch counts.
   bool equal_shards = true;
+  // A resumed epoch: the first `first_sample` positions of the epoch's
+  // global order (all ranks' batches together, as the saving run padded it)
+  // are trained; the plan covers the rest. Training (equal_shards) only.
+  // - Saved by a run of these options' world size and batch size: the plan
+  //   is exactly the whole epoch's without its first first_sample /
+  //   (batch_size * world_size) batches, padding included.
+  // - Saved by a run of another shape (`saved_elsewhere`): the rest is
+  //   sharded without padding, so each sample of the epoch is trained once.
+  //   The ranks must still run as many batches each; where the rest does not
+  //   divide so, the ranks one sample short split their last batch in two
+  //   (never a batch larger than batch_size). Only a rest of fewer samples
+  //   than ranks, or batch_size 1, pads a rank with a repeated sample.
+  //   drop_last cuts the rest to whole batches on every rank, as it cuts an
+  //   epoch.
+  int64_t first_sample = 0;
+  bool saved_elsewhere = false;
 };
 
 BatchPlan plan_epoch(const SamplerOptions& options, int64_t epoch, int64_t length);

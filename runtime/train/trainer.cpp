@@ -38,6 +38,7 @@
 #include "train/prediction_text.hpp"
 #include "train/progress.hpp"
 #include "train/sampled_batches.hpp"
+#include "train/sampler.hpp"
 #include "util/durable_file.hpp"
 #include "util/errors.hpp"
 #include "util/process_info.hpp"
@@ -322,8 +323,24 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
   }
 
   std::filesystem::path save_checkpoint(const TrainPosition& position) override {
-    return checkpointer_->commit(position, [this](const TrainPosition& at) {
+    // Every rank's unreduced metrics go into the checkpoint, read without a
+    // flush: a resumed epoch's metrics are then those of the uninterrupted
+    // epoch, bit for bit (docs/checkpoints.md).
+    std::vector<std::string> stores, tensors;
+    {
+      std::lock_guard<std::mutex> lock(metrics_mutex_);
+      stores.push_back(metrics_.export_state());
+      tensors.push_back(tensor_metrics_.export_state());
+    }
+    if (group_) {
+      stores = group_->all_gather_text(stores[0]);
+      tensors = group_->all_gather_text(tensors[0]);
+    }
+    return checkpointer_->commit(position, [&](const TrainPosition& at) {
       RunStateView view = state_view(at);
+      view.metrics_pending = pending_for_older_kilns(stores[0], tensors[0]);
+      view.metrics_state = std::move(stores);
+      view.tensor_metrics_state = std::move(tensors);
       for (const PluginInstance* p : all_plugins()) view.plugin_states[p->id()] = save_plugin_state(*p);
       return view;
     });
@@ -539,11 +556,10 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
     view.optimizer_groups = optimizer_groups_;
     {
       std::lock_guard<std::mutex> lock(metrics_mutex_);
-      flush_tensor_metrics();
       if (!m_.checkpoint.monitor.empty()) view.monitored = metrics_.latest(m_.checkpoint.monitor);
       view.metrics_latest = metrics_.export_latest();
-      view.metrics_pending = metrics_.export_pending();
     }
+    view.saved_by = SavedBy{world_size(), m_.trainer.batch_size};
     view.csv = loggers_.csv_state();
     view.loggers = loggers_.states();
     if (m_.trainer.precision == Precision::fp16_mixed) view.scaler = &scaler_state_;
@@ -555,18 +571,99 @@ class Run final : public RunServices, public RunControl, public MetricSink, publ
   TrainPosition resume_from(const std::filesystem::path& file) {
     RunStateView view = state_view(TrainPosition{});
     resume_point_ = Checkpointer::restore(file, view);
-    {
-      std::lock_guard<std::mutex> lock(metrics_mutex_);
-      // Every rank resumes the same replicated state; the pending metrics of
-      // an interrupted epoch belong to the rank that saved them.
-      metrics_.import(view.metrics_latest, rank() == 0 ? view.metrics_pending : "");
-    }
+    if (command_ == Command::fit) check_continuation(file, view.position, view.saved_by);
+    restore_metrics(file, view);
     loggers_.restore(view.csv, view.loggers);
     for (const PluginInstance* p : all_plugins()) {
       auto it = view.plugin_states.find(p->id());
       if (it != view.plugin_states.end()) load_plugin_state(*p, it->second);
     }
     return view.position;
+  }
+
+  // An interrupted epoch's metrics. The same number of ranks: each rank
+  // takes back its own, so every sum continues in the same order. Another
+  // number: rank 0 takes all of them, merged in rank order.
+  void restore_metrics(const std::filesystem::path& file, const RunStateView& view) {
+    std::lock_guard<std::mutex> lock(metrics_mutex_);
+    const size_t ranks = view.metrics_state.size();
+    try {
+      if (ranks == 0) {  // an older kiln's checkpoint: rank 0's pending sums only
+        metrics_.import(view.metrics_latest, rank() == 0 ? view.metrics_pending : "");
+        return;
+      }
+      metrics_.import(view.metrics_latest, "");
+      if (ranks == static_cast<size_t>(world_size())) {
+        metrics_.add_state(view.metrics_state[rank()]);
+        tensor_metrics_.import_state(view.tensor_metrics_state[rank()], device_);
+      } else if (rank() == 0) {
+        for (size_t r = 0; r < ranks; ++r) {
+          metrics_.add_state(view.metrics_state[r]);
+          TensorMetrics saved;
+          saved.import_state(view.tensor_metrics_state[r], c10::Device(c10::kCPU));
+          saved.flush_into(metrics_);
+        }
+      }
+    } catch (const std::invalid_argument& e) {
+      throw CheckpointError(file.string() + ": its metrics cannot be read (" + e.what() + ")");
+    }
+  }
+
+  // A checkpoint taken inside an epoch by a run of another world size or
+  // batch size continues from the sample it reached (train/sampler.hpp), or
+  // is refused here, before anything is written, where that cannot be exact.
+  void check_continuation(const std::filesystem::path& file, TrainPosition& position, const SavedBy& saved) {
+    const int64_t world = world_size(), batch = m_.trainer.batch_size;
+    if (saved.world_size <= 0 || saved.batch_size <= 0) return;  // an older kiln's: taken as this run's shape
+    if (saved.world_size == world && saved.batch_size == batch) return;
+    const std::string was = fmt::format("{} process{} with batch size {}", saved.world_size,
+                                        saved.world_size == 1 ? "" : "es", saved.batch_size);
+    const std::string now = fmt::format("{} process{} with batch size {}", world, world == 1 ? "" : "es", batch);
+    if (position.next_batch == 0) {
+      spdlog::info("resume: the checkpoint was saved by {}, this run has {}: from epoch {} on, an epoch has {} "
+                   "optimizer steps per epoch instead of {}",
+                   was, now, position.epoch, steps_per_epoch(world, batch), steps_per_epoch(saved.world_size, saved.batch_size));
+      return;
+    }
+    if (position.next_sample < 0)
+      throw CheckpointError(file.string() + ": saved inside epoch " + std::to_string(position.epoch) +
+                            " without its sample position; resume it with " + was);
+    if (!limit_train_.is_fraction || limit_train_.fraction < 1.0)
+      throw CheckpointError(file.string() + ": saved inside epoch " + std::to_string(position.epoch) + " by " + was +
+                            "; with trainer.limit_train_batches the epoch cannot be continued exactly by " + now +
+                            " (resume with " + was + ", or from a checkpoint at an epoch's end)");
+    const int64_t accumulate = m_.trainer.accumulate_grad_batches;
+    if (accumulate > 1 && position.next_sample % (batch * world * accumulate) != 0)
+      throw CheckpointError(fmt::format(
+          "{}: saved inside epoch {} after {} samples by {}; with accumulate_grad_batches = {}, {} would straddle an "
+          "optimizer step there (resume with {}, or from a checkpoint at an epoch's end)",
+          file.string(), position.epoch, position.next_sample, was, accumulate, now, was));
+    batches_->continue_epoch_saved_elsewhere(position.epoch);
+    spdlog::info("resume: the checkpoint was saved by {} inside epoch {}, this run has {}: it continues from sample "
+                 "{} of the epoch's order, each of its samples trained once; an epoch has {} optimizer steps instead of "
+                 "{}, so step-counted settings (max_steps, every_n_steps, per-step schedules) fall at other samples",
+                 was, position.epoch, now, position.next_sample, steps_per_epoch(world, batch),
+                 steps_per_epoch(saved.world_size, saved.batch_size));
+  }
+
+  int64_t steps_per_epoch(int64_t world, int64_t batch) {
+    SamplerOptions options;
+    options.batch_size = batch;
+    options.world_size = world;
+    options.drop_last = m_.trainer.drop_last;
+    const int64_t batches = limit_train_.apply(batches_in_shard(options, batches_->length(KILN_SPLIT_TRAIN)));
+    return (batches + m_.trainer.accumulate_grad_batches - 1) / m_.trainer.accumulate_grad_batches;
+  }
+
+  // metrics/pending as kilns before per-rank metric states read it: rank 0's
+  // sums with its tensor metrics flushed (into copies: the run's are untouched).
+  static std::string pending_for_older_kilns(const std::string& store_state, const std::string& tensor_state) {
+    MetricStore store;
+    store.add_state(store_state);
+    TensorMetrics tensors;
+    tensors.import_state(tensor_state, c10::Device(c10::kCPU));
+    tensors.flush_into(store);
+    return store.export_pending();
   }
 
   // Parameters and buffers, placed on the run's device in place, so that the

@@ -60,11 +60,12 @@ struct FakeData final : BatchSource {
   c10::Device device{c10::kCPU};  // where batches are made (the host moves them there)
 
   struct Stream final : BatchStream {
-    int64_t rows_left, batch_size, left;
+    int64_t rows_left, batch_size, left, first;
     c10::Device device;
-    Stream(int64_t rows, int64_t bs, int64_t batches, c10::Device device)
-        : rows_left(rows), batch_size(bs), left(batches), device(device) {}
+    Stream(int64_t rows, int64_t bs, int64_t batches, int64_t first, c10::Device device)
+        : rows_left(rows), batch_size(bs), left(batches), first(first), device(device) {}
     int64_t size() const override { return left; }
+    int64_t first_batch() const override { return first; }
     BatchPtr next() override {
       const int64_t rows = std::min(batch_size, rows_left);
       rows_left -= rows;
@@ -79,10 +80,14 @@ struct FakeData final : BatchSource {
   int64_t batches_per_epoch(kiln_split split, const EpochSpec& spec) override {
     return spec.limit.apply((lengths[split] + spec.batch_size - 1) / spec.batch_size);
   }
-  std::unique_ptr<BatchStream> open(kiln_split split, const EpochSpec& spec, int64_t epoch, int64_t first) override {
+  // One process: `first_sample` is a whole number of batches.
+  std::unique_ptr<BatchStream> open(kiln_split split, const EpochSpec& spec, int64_t epoch,
+                                    int64_t first_sample) override {
+    const int64_t first = first_sample / spec.batch_size;
     opened.push_back(std::string(split_name(split)) + " epoch " + std::to_string(epoch) + " from " + std::to_string(first));
     const int64_t batches = batches_per_epoch(split, spec);
-    return std::make_unique<Stream>(lengths[split] - first * spec.batch_size, spec.batch_size, batches - first, device);
+    return std::make_unique<Stream>(lengths[split] - first * spec.batch_size, spec.batch_size, batches - first, first,
+                                    device);
   }
   [[noreturn]] void refuse_empty(kiln_split, const std::string& message) override { throw std::runtime_error(message); }
 };

@@ -166,6 +166,130 @@ void expect_same_plan(const BatchPlan& got, const BatchPlan& expected, const std
 // between epochs instead of replaying every earlier draw: the documented
 // order (plan_epoch's replay, itself checked against a plain loop's randperm
 // sequence above) must come out exactly, whatever order epochs are asked in.
+// The batches of every rank, batch by batch: what the epoch trains.
+std::vector<std::vector<int64_t>> rank_plans(SamplerOptions options, int64_t world, int64_t length, int64_t epoch = 2) {
+  std::vector<std::vector<int64_t>> out;
+  options.world_size = world;
+  for (int64_t r = 0; r < world; ++r) {
+    options.rank = r;
+    out.push_back(plan_epoch(options, epoch, length).indices);
+  }
+  return out;
+}
+
+// What an epoch that stopped after `batches` batches of each of `world` ranks
+// (batch size `batch`) trained, then continued with `world2` ranks of batch
+// `batch2` from the recorded sample position, counts per sample.
+std::vector<int> counts_across(int64_t length, int64_t world, int64_t batch, int64_t batches, int64_t world2,
+                               int64_t batch2, bool drop_last = false) {
+  SamplerOptions options;
+  options.seed = 5;
+  options.batch_size = batch;
+  options.drop_last = drop_last;
+  std::vector<int> counts(length, 0);
+  for (const auto& plan : rank_plans(options, world, length))
+    for (size_t i = 0; i < plan.size() && static_cast<int64_t>(i) < batches * batch; ++i) ++counts[plan[i]];
+  options.batch_size = batch2;
+  options.first_sample = batches * batch * world;
+  options.saved_elsewhere = world != world2 || batch != batch2;
+  for (const auto& plan : rank_plans(options, world2, length))
+    for (int64_t index : plan) ++counts[index];
+  return counts;
+}
+
+TEST(ResumedSampler, TheSameWorldAndBatchContinueWithExactlyTheRemainingBatches) {
+  for (const bool drop_last : {false, true})
+    for (const int64_t world : {1, 2, 3, 4})
+      for (const int64_t length : {96, 101, 7}) {
+        SamplerOptions options;
+        options.seed = 9;
+        options.batch_size = 4;
+        options.drop_last = drop_last;
+        options.world_size = world;
+        for (int64_t rank = 0; rank < world; ++rank) {
+          options.rank = rank;
+          BatchPlan whole = plan_epoch(options, 1, length);
+          for (int64_t k = 0; k <= static_cast<int64_t>(whole.size()); ++k) {
+            SamplerOptions resumed = options;
+            resumed.first_sample = k * 4 * world;
+            const BatchPlan rest = plan_epoch(resumed, 1, length);
+            BatchPlan expected = whole;
+            expected.drop_front(static_cast<size_t>(k));
+            ASSERT_EQ(rest.first_batch, k);
+            ASSERT_EQ(rest.size(), expected.size()) << "world " << world << " length " << length << " k " << k;
+            for (size_t b = 0; b < rest.size(); ++b)
+              ASSERT_EQ(std::vector<int64_t>(rest.batch(b), rest.batch(b) + rest.batch_size(b)),
+                        std::vector<int64_t>(expected.batch(b), expected.batch(b) + expected.batch_size(b)));
+          }
+        }
+      }
+}
+
+TEST(ResumedSampler, AnotherWorldSizeTrainsEverySampleExactlyOnce) {
+  // 2->1, 1->2, 2->3, 4->2, 3->4, with lengths that need no padding and
+  // lengths that do (padding repeats the order's start, as a whole epoch's).
+  const std::vector<std::tuple<int64_t, int64_t>> worlds{{2, 1}, {1, 2}, {2, 3}, {4, 2}, {3, 4}};
+  for (const auto& [w1, w2] : worlds)
+    for (int64_t batches = 1; batches < 6; ++batches) {
+      const std::vector<int> counts = counts_across(240, w1, 8, batches, w2, 8);
+      for (int64_t i = 0; i < 240; ++i)
+        ASSERT_EQ(counts[i], 1) << w1 << "->" << w2 << " after " << batches << " batches: sample " << i;
+    }
+  // A length no world size divides: the first run pads its shards, the
+  // continuation does not (it never trains a sample twice).
+  for (const auto& [w1, w2] : worlds) {
+    const std::vector<int> counts = counts_across(241, w1, 8, 3, w2, 8);
+    for (int64_t i = 0; i < 241; ++i) ASSERT_EQ(counts[i], 1) << w1 << "->" << w2 << ": sample " << i;
+  }
+}
+
+TEST(ResumedSampler, EveryRankRunsAsManyBatchesWithoutARepeatedSample) {
+  for (int64_t world : {2, 3, 4})
+    for (int64_t batch : {1, 2, 3, 8})
+      for (int64_t rest = 0; rest < 60; ++rest) {
+        SamplerOptions options;
+        options.shuffle = false;  // sample 0 is the one trained before the checkpoint
+        options.batch_size = batch;
+        options.saved_elsewhere = true;
+        options.first_sample = 1;
+        std::vector<int> counts(rest + 1, 0);
+        std::set<size_t> batch_counts;
+        int64_t largest = 0;
+        for (const auto& plan : rank_plans(options, world, rest + 1, 0))
+          for (int64_t index : plan) ++counts[index];
+        options.world_size = world;
+        for (int64_t r = 0; r < world; ++r) {
+          options.rank = r;
+          const BatchPlan plan = plan_epoch(options, 0, rest + 1);
+          batch_counts.insert(plan.size());
+          for (size_t b = 0; b < plan.size(); ++b) largest = std::max<int64_t>(largest, plan.batch_size(b));
+        }
+        EXPECT_EQ(batch_counts.size(), 1u) << world << " ranks, batch " << batch << ", " << rest << " left";
+        EXPECT_LE(largest, batch);
+        int repeated = 0;
+        for (int64_t i = 1; i <= rest; ++i) repeated += counts[i] - 1;
+        for (int64_t i = 1; i <= rest; ++i) ASSERT_GE(counts[i], 1);
+        // Repeats only where no plan without one exists: fewer samples than
+        // ranks, or batch size 1.
+        if (rest >= world && batch > 1) EXPECT_EQ(repeated, 0) << world << " ranks, batch " << batch << ", " << rest;
+      }
+}
+
+TEST(ResumedSampler, AnotherBatchSizeTrainsEverySampleExactlyOnce) {
+  const std::vector<int> counts = counts_across(240, 2, 8, 5, 3, 5);
+  for (int64_t i = 0; i < 240; ++i) ASSERT_EQ(counts[i], 1) << "sample " << i;
+}
+
+TEST(ResumedSampler, APositionPastTheSamplesLeavesNothing) {
+  SamplerOptions options;
+  options.batch_size = 4;
+  options.world_size = 2;
+  options.first_sample = 104;  // 101 samples padded to 102, then a last batch of 2 a rank
+  const BatchPlan plan = plan_epoch(options, 0, 101);
+  EXPECT_EQ(plan.size(), 0u);
+  EXPECT_EQ(plan.first_batch, 13);
+}
+
 TEST(EpochOrders, GivesExactlyTheReplayedOrderInAnySequence) {
   EpochOrders orders;
   SamplerOptions o;

@@ -35,7 +35,7 @@ void FitLoop::run(const TrainPosition& start) {
     const auto started = std::chrono::steady_clock::now();
     const bool validating_epoch = validates && (epoch + 1) % settings_.check_val_every_n_epoch == 0;
     const auto result =
-        epoch_loop_.run(epoch, epoch == start.epoch ? start.next_batch : 0, validating_epoch ? &mid_epoch : nullptr);
+        epoch_loop_.run(epoch, epoch == start.epoch ? first_sample(start) : 0, validating_epoch ? &mid_epoch : nullptr);
     // After the metrics are read back: on a GPU that copy waits for the
     // epoch's queued work, so the time is the device's, not the launches'.
     std::map<std::string, double> row = c.metrics.reduce();
@@ -53,8 +53,9 @@ void FitLoop::run(const TrainPosition& start) {
 
     if (!schedule.per_step()) schedule.apply(optimization_.optimizer, epoch + 1);
     // An epoch cut short (max_steps, a stop) resumes where it stopped.
-    position_ = result.next_batch < result.batches ? TrainPosition{epoch, result.next_batch, c.global_step}
-                                                   : TrainPosition{epoch + 1, 0, c.global_step};
+    position_ = result.next_batch < result.batches
+                    ? TrainPosition{epoch, result.next_batch, c.global_step, result.next_sample}
+                    : TrainPosition{epoch + 1, 0, c.global_step, 0};
     // Epoch checkpoints are for complete epochs; a cut-short epoch is covered
     // by the step policy (or a preemption), whose checkpoint also carries the
     // epoch's partial metrics, so a resumed epoch reports exactly.
@@ -81,6 +82,13 @@ void FitLoop::run(const TrainPosition& start) {
     metrics["step"] = static_cast<double>(c.global_step);
     c.control.log_row(metrics);
   }
+}
+
+// A position without a sample count (a checkpoint from an older kiln) was
+// saved by a run like this one: its batches are this run's batches.
+int64_t FitLoop::first_sample(const TrainPosition& start) const {
+  if (start.next_sample >= 0) return start.next_sample;
+  return start.next_batch * settings_.training.spec.batch_size * std::max<int64_t>(context_.world_size, 1);
 }
 
 void FitLoop::validate_mid_epoch(int64_t epoch, int64_t batch) {

@@ -36,6 +36,8 @@ class FitLoop {
  private:
   // A validation inside the epoch, after `batch`: its own metrics row.
   void validate_mid_epoch(int64_t epoch, int64_t batch);
+  // Where in its epoch's sample order `start` continues.
+  int64_t first_sample(const TrainPosition& start) const;
 
   LoopContext& context_;
   FitSettings settings_;

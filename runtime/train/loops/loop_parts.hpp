@@ -71,6 +71,8 @@ class BatchStream {
   virtual ~BatchStream() = default;
   virtual int64_t size() const = 0;  // batches left to take
   virtual BatchPtr next() = 0;
+  // The epoch's number of the stream's first batch (0 unless resumed).
+  virtual int64_t first_batch() const = 0;
 };
 
 // The data module's splits as the loops read them: sampled, sharded, fetched.
@@ -80,9 +82,10 @@ class BatchSource {
   virtual int64_t length(kiln_split split) = 0;
   // Batches this rank runs in one epoch of `split`.
   virtual int64_t batches_per_epoch(kiln_split split, const EpochSpec& spec) = 0;
-  // Epoch `epoch` of `split`, from batch `first_batch` on (a resumed epoch).
+  // Epoch `epoch` of `split`, after the first `first_sample` samples of the
+  // epoch's global order (a resumed epoch: train/sampler.hpp, first_sample).
   virtual std::unique_ptr<BatchStream> open(kiln_split split, const EpochSpec& spec, int64_t epoch,
-                                            int64_t first_batch) = 0;
+                                            int64_t first_sample) = 0;
   // Ends the run: `split` has no samples and the command needs some. The
   // error names the data module (the host's throws HookError for `length`).
   [[noreturn]] virtual void refuse_empty(kiln_split split, const std::string& message) = 0;

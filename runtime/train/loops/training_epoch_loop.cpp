@@ -84,13 +84,18 @@ void TrainingEpochLoop::clip_gradients() {
   for (auto& g : grads) g.mul_(factor);
 }
 
-TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_batch,
+TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sample,
                                                  const MidEpochValidation* validation) {
   LoopContext& c = context_;
   auto& optimizer = optimization_.optimizer;
   const bool single_process = c.world_size <= 1;
-  std::unique_ptr<BatchStream> batches = c.data.open(KILN_SPLIT_TRAIN, settings_.spec, epoch, first_batch);
+  std::unique_ptr<BatchStream> batches = c.data.open(KILN_SPLIT_TRAIN, settings_.spec, epoch, first_sample);
+  const int64_t first_batch = batches->first_batch();
   const int64_t n = batches->size() + first_batch;
+  // Every rank's batches together: how far the epoch's order has been
+  // trained after batch b (what a checkpoint records).
+  const int64_t samples_per_batch = settings_.spec.batch_size * std::max<int64_t>(c.world_size, 1);
+  auto samples_after = [&](int64_t b) { return first_sample + (b + 1 - first_batch) * samples_per_batch; };
   const int64_t accumulate = settings_.accumulate_grad_batches;
   Result result;
   result.batches = n;
@@ -145,7 +150,7 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_ba
     // metric ranks by this validation (Lightning's order too).
     if (val_every > 0 && val_every < n && (b + 1) % val_every == 0 && b + 1 < n) validation->validate(epoch, b);
     if (boundary) {
-      const TrainPosition here{epoch, b + 1, c.global_step};
+      const TrainPosition here{epoch, b + 1, c.global_step, samples_after(b)};
       bool saved = false;
       if (settings_.checkpoint_every_n_steps > 0 && c.global_step % settings_.checkpoint_every_n_steps == 0) {
         c.control.save_checkpoint(here);
@@ -166,6 +171,7 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_ba
   }
   c.progress.end();
   result.next_batch = b;
+  result.next_sample = samples_after(b - 1);
   return result;
 }
 

@@ -46,6 +46,7 @@ class TrainingEpochLoop {
 
   struct Result {
     int64_t next_batch = 0;  // the batch a resumed run would run next
+    int64_t next_sample = 0; // where in the epoch's global order it would continue
     int64_t batches = 0;     // batches in the epoch
     int64_t samples = 0;     // samples trained on, all ranks together
     bool stopped = false;    // the stop condition ended the epoch early
@@ -57,8 +58,8 @@ class TrainingEpochLoop {
     BatchLimit every;
     std::function<void(int64_t epoch, int64_t batch)> validate;
   };
-  // Runs epoch `epoch` from batch `first_batch`.
-  Result run(int64_t epoch, int64_t first_batch, const MidEpochValidation* validation = nullptr);
+  // Runs epoch `epoch` after its first `first_sample` samples (0: all of it).
+  Result run(int64_t epoch, int64_t first_sample, const MidEpochValidation* validation = nullptr);
 
  private:
   void backward(const at::Tensor& loss, bool sync);
