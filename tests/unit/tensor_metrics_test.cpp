@@ -2,6 +2,7 @@
 // and reads values back once per log point, not once per record.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -151,6 +152,68 @@ TEST(TensorMetrics, RefusesWhatTheDoublePathRefuses) {
   MetricStore store;
   store.record("m", 1.0, 1, KILN_METRIC_REDUCE_SUM);
   EXPECT_THROW(pending.flush_into(store), std::invalid_argument);
+}
+
+// A checkpoint inside an epoch reads the pending values without flushing
+// them; restored into a fresh run, the epoch's sums continue in the same
+// order, so the epoch reduces to the same bits as one never interrupted.
+// Rank-zero-only metrics and their flags survive too.
+TEST(MetricState, ACheckpointedEpochReducesToTheSameBitsAsAnUninterruptedOne) {
+  for (const bool defer_cpu : {false, true}) {
+    // Sums whose rounding depends on where they are cut: a flush at the
+    // checkpoint (after 3) would change the last bits.
+    const double values[] = {1e-9, 1.0 / 3, 1e8, 0.1, 1e8, 1.0 / 3, 1.0 / 3, 1e8};
+    auto record = [&](TensorMetrics& t, MetricStore& s, int i) {
+      t.record("train/loss", at::scalar_tensor(values[i], at::kFloat), 3.0, KILN_METRIC_REDUCE_MEAN);
+      t.record("peak", at::scalar_tensor(values[i], at::kDouble), 1.0, KILN_METRIC_REDUCE_MAX);
+      s.record("acc", values[i] / 3, 7.0, KILN_METRIC_REDUCE_MEAN);
+      s.record("seen", 1.0, 1.0, KILN_METRIC_REDUCE_SUM | KILN_METRIC_RANK_ZERO_ONLY);
+    };
+    TensorMetrics straight_t(defer_cpu);
+    MetricStore straight;
+    for (int i = 0; i < 8; ++i) record(straight_t, straight, i);
+    straight_t.flush_into(straight);
+    const auto expected = straight.reduce();
+
+    TensorMetrics first_t(defer_cpu);
+    MetricStore first;
+    for (int i = 0; i < 3; ++i) record(first_t, first, i);
+    const std::string tensors = first_t.export_state(), store = first.export_state();
+    EXPECT_FALSE(first_t.empty()) << "export_state must not flush";
+
+    TensorMetrics resumed_t(defer_cpu);
+    MetricStore resumed;
+    resumed_t.key("train/loss");
+    resumed_t.import_state(tensors, c10::Device(c10::kCPU));
+    resumed.add_state(store);
+    for (int i = 3; i < 8; ++i) record(resumed_t, resumed, i);
+    resumed_t.flush_into(resumed);
+    const auto got = resumed.reduce();
+    ASSERT_EQ(got.size(), expected.size());
+    for (const auto& [name, value] : expected) {
+      ASSERT_TRUE(got.count(name)) << name;
+      EXPECT_EQ(std::memcmp(&got.at(name), &value, sizeof value), 0)
+          << name << ": " << got.at(name) << " vs " << value << (defer_cpu ? " (deferred)" : "");
+    }
+    EXPECT_EQ(got.at("seen"), 8.0);
+  }
+}
+
+TEST(MetricState, StatesOfSeveralRanksMergeAsTheDistributedReductionDoes) {
+  MetricStore a, b;
+  a.record("loss", 1.0, 2.0, KILN_METRIC_REDUCE_MEAN);
+  b.record("loss", 4.0, 1.0, KILN_METRIC_REDUCE_MEAN);
+  b.record("top", 9.0, 1.0, KILN_METRIC_REDUCE_MAX);
+  MetricStore merged;
+  merged.add_state(a.export_state());
+  merged.add_state(b.export_state());
+  const auto out = merged.reduce();
+  EXPECT_DOUBLE_EQ(out.at("loss"), 2.0);
+  EXPECT_EQ(out.at("top"), 9.0);
+  MetricStore bad;
+  EXPECT_THROW(bad.add_state("x y z\n"), std::invalid_argument);
+  TensorMetrics bad_t;
+  EXPECT_THROW(bad_t.import_state("1 0 nonsense\n", c10::Device(c10::kCPU)), std::invalid_argument);
 }
 
 }  // namespace
