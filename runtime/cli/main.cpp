@@ -349,6 +349,10 @@ static int kiln_main(int argc, char** argv, double main_reached_s) {
     return failed(e, true, kiln::kExitBadInput);
   } catch (const kiln::PeerFailure& e) {
     return failed(e, false, kiln::kExitFailure);
+  } catch (const kiln::Interrupted& e) {
+    // A signal before the plugin session (a rank in the rendezvous): never
+    // the cause, and an interruption still exits 130.
+    return failed(e, false, kiln::kExitInterrupted);
   } catch (const std::exception& e) {
     return failed(e, true, kiln::kExitFailure);
   }

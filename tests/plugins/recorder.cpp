@@ -86,6 +86,18 @@ class Recorder {
   int64_t rank_ = 0;
 };
 
+// on_exception's failure kind, as a line "<label>:failure=<NAME>".
+inline std::string failure_name(kiln_failure_reason reason) {
+  switch (reason) {
+    case KILN_FAILURE_PLUGIN_ERROR: return "PLUGIN_ERROR";
+    case KILN_FAILURE_HOST_ERROR: return "HOST_ERROR";
+    case KILN_FAILURE_INTERRUPTED: return "INTERRUPTED";
+    case KILN_FAILURE_PREEMPTED: return "PREEMPTED";
+    case KILN_FAILURE_PEER_FAILED: return "PEER_FAILED";
+  }
+  return std::to_string(reason);
+}
+
 // The lifecycle hooks every kind shares, recorded the same way for all.
 template <class Base>
 class Recording : public Base {
@@ -102,6 +114,7 @@ class Recording : public Base {
   }
   void on_exception(const kiln::ExceptionInfo& info) override {
     recorder_.record("on_exception(" + info.plugin_id + "/" + info.hook + ")");
+    recorder_.record("failure=" + failure_name(info.reason));
     recorder_.hook("on_exception");
   }
 
@@ -252,12 +265,21 @@ class RecorderData : public Recording<kiln::DataModule> {
 
 // Callback keys: stop_after_epoch and stop_on_rank: request a stop at the end
 // of that epoch on that rank only; the host must make every rank agree.
+// save_ms: its state_save (inside every checkpoint commit, on rank 0) takes
+// this long, logging "state_save starts" and "state_save ends": a slow commit.
 class RecorderCallback : public Recording<kiln::Callback> {
  public:
   RecorderCallback(const kiln::Host& host, kiln::Config& config)
       : Recording(host, config, "callback"),
         stop_after_epoch_(config.get<int64_t>("stop_after_epoch", -1)),
-        stop_on_rank_(config.get<int64_t>("stop_on_rank", 0)) {}
+        stop_on_rank_(config.get<int64_t>("stop_on_rank", 0)),
+        save_ms_(config.get<int64_t>("save_ms", 0)) {}
+  void state_save(kiln::StateWriter&) override {
+    if (save_ms_ <= 0) return;
+    recorder_.record("state_save starts");
+    ::usleep(static_cast<useconds_t>(save_ms_ * 1000));
+    recorder_.record("state_save ends");
+  }
   void on_fit_start(const kiln_progress&) override { recorder_.hook("on_fit_start"); }
   void on_fit_end(const kiln_progress&) override { recorder_.hook("on_fit_end"); }
   void on_train_epoch_start(const kiln_progress&) override { recorder_.hook("on_train_epoch_start"); }
@@ -273,6 +295,7 @@ class RecorderCallback : public Recording<kiln::Callback> {
  private:
   int64_t stop_after_epoch_;
   int64_t stop_on_rank_;
+  int64_t save_ms_;
 };
 
 }  // namespace

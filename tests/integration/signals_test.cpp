@@ -1,0 +1,154 @@
+// Signals told right (issue 18): Ctrl-C (SIGINT, to the process group or to
+// the supervisor) always interrupts — exit 130, INTERRUPTED in on_exception —
+// whatever the [checkpoint] table says; only the configured preemption
+// signal preempts — exit 75, PREEMPTED, and the final line names the
+// checkpoint rank 0 committed. 1 and 2 processes, with and without
+// [checkpoint], at start-up, mid-epoch and during a (slow) commit. Each
+// signal is sent when a condition is seen (a log line), never after a fixed
+// sleep; every wait is a bound against hangs on a loaded machine.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+
+#include "ckpt/checkpoint_file.hpp"
+#include "common.hpp"
+#include "launched.hpp"
+
+namespace kiln::test {
+namespace {
+
+enum class Moment { startup, mid_epoch, commit };
+
+struct SignalCase {
+  const char* name;
+  int processes;
+  bool checkpoint;
+  const char* preempt_signal;  // the manifest's, when not the default (SIGTERM)
+  Moment moment;
+  int signal;
+  bool to_group;  // to the process group (a terminal's Ctrl-C), else to kiln's pid
+  int exit_code;  // 130: interrupted; 75: preempted
+};
+
+class Signals : public testing::TestWithParam<SignalCase> {};
+
+TEST_P(Signals, AreToldApart) {
+  const SignalCase c = GetParam();
+  TempDir dir;
+  std::string extra = "max_epochs = 100000\nbatch_size = 4\n";
+  std::string callback;
+  if (c.checkpoint) {
+    extra += "[checkpoint]\nevery_n_epochs = 1\n";
+    if (c.moment == Moment::commit) {
+      extra += "every_n_steps = 20\n";
+      callback = "save_ms = 2500";  // the commit is under way for 2.5 s
+    }
+    if (c.preempt_signal) extra += std::string("preempt_signal = \"") + c.preempt_signal + "\"\n";
+  }
+  const auto manifest = recorder_manifest(dir, "", "size = 64", callback, extra);
+  const auto log = dir / "calls.log";
+  Launched run(dir, {"fit", manifest.string(), "-n", std::to_string(c.processes)}, dir / "out.txt");
+  const std::string at0 = c.processes > 1 ? "@0" : "";
+  switch (c.moment) {
+    case Moment::startup:
+      // Two processes: the workers are being launched (still loading
+      // LibTorch, or joining); one: its plugins are being created.
+      ASSERT_TRUE(wait_until([&] {
+        return c.processes > 1 ? run.output().find("starting 2 worker processes") != std::string::npos
+                               : read_file(log).find("model:create") != std::string::npos;
+      })) << run.output();
+      break;
+    case Moment::mid_epoch:
+      ASSERT_TRUE(wait_until([&] { return count_lines(read_file(log), "model" + at0 + ":training_step") >= 5; }))
+          << run.output();
+      break;
+    case Moment::commit:
+      ASSERT_TRUE(wait_until([&] { return read_file(log).find("callback" + at0 + ":state_save starts") != std::string::npos; }))
+          << run.output();
+      break;
+  }
+  const bool in_commit = c.moment == Moment::commit;
+  ASSERT_EQ(::kill(c.to_group ? -run.pid() : run.pid(), c.signal), 0);
+  const auto status = run.wait();
+  ASSERT_TRUE(status.has_value()) << "kiln did not end after the signal\n" << run.output();
+  const std::string output = run.output();
+  ASSERT_TRUE(WIFEXITED(*status)) << "killed by signal " << WTERMSIG(*status) << "\n" << output;
+  EXPECT_EQ(WEXITSTATUS(*status), c.exit_code) << output;
+  const std::string calls = read_file(log);
+  if (in_commit) {
+    EXPECT_NE(calls.find("callback" + at0 + ":state_save ends"), std::string::npos)
+        << "the signal arrived while the commit was under way: it ends first\n" << calls;
+  }
+
+  const std::string signal_name = std::string("SIG") + sigabbrev_np(c.signal);
+  const bool preempted = c.exit_code == 75;
+  const std::string kind = preempted ? "PREEMPTED" : "INTERRUPTED";
+  EXPECT_EQ(calls.find(preempted ? "failure=INTERRUPTED" : "failure=PREEMPTED"), std::string::npos) << calls;
+  for (int r = 0; r < c.processes; ++r) {
+    const std::string at = c.processes > 1 ? "@" + std::to_string(r) : "";
+    // A rank stopped before it created its plugins has no hook to tell.
+    if (calls.find("model" + at + ":create") == std::string::npos) continue;
+    EXPECT_NE(calls.find("model" + at + ":failure=" + kind), std::string::npos) << "rank " << r << "\n" << calls;
+  }
+  // The final line: what happened, and, when preempted, the checkpoint.
+  if (!preempted) {
+    // "... on rank 0" from a single process: it is its own rank 0.
+    const std::string line = "kiln: error: interrupted by " + signal_name;
+    const size_t at = output.rfind(line);
+    ASSERT_NE(at, std::string::npos) << output;
+    EXPECT_TRUE(output.compare(at + line.size(), 1, "\n") == 0 || output.compare(at + line.size(), 11, " on rank 0\n") == 0)
+        << output;
+    EXPECT_EQ(output.find("preempted"), std::string::npos) << output;
+    return;
+  }
+  const std::string head = "kiln: preempted by " + signal_name + "; checkpoint committed: ";
+  const size_t at = output.rfind(head);
+  ASSERT_NE(at, std::string::npos) << output;
+  const std::string rest = output.substr(at + head.size());
+  const std::string file = rest.substr(0, rest.find(" (continue with --resume last)"));
+  ASSERT_FALSE(file.empty()) << "the report names no checkpoint\n" << output;
+  EXPECT_EQ(rest.find(" (continue with --resume last)"), file.size()) << output;
+  EXPECT_TRUE(std::filesystem::is_regular_file(file)) << file << "\n" << output;
+  EXPECT_FALSE(CheckpointFile::check(file).has_value()) << file;
+  EXPECT_EQ(std::filesystem::path(file).parent_path(), dir / "run" / "checkpoints") << output;
+}
+
+constexpr SignalCase kCases[] = {
+    // Ctrl-C: interrupted, with or without [checkpoint] (whose default preemption signal is SIGTERM).
+    {"sigint_at_startup", 1, true, nullptr, Moment::startup, SIGINT, false, 130},
+    {"sigint_to_group_mid_epoch", 1, true, nullptr, Moment::mid_epoch, SIGINT, true, 130},
+    {"sigint_mid_epoch_without_checkpoint", 1, false, nullptr, Moment::mid_epoch, SIGINT, false, 130},
+    {"sigint_during_commit", 1, true, nullptr, Moment::commit, SIGINT, false, 130},
+    {"sigint_at_startup", 2, true, nullptr, Moment::startup, SIGINT, false, 130},
+    {"sigint_to_group_at_startup", 2, false, nullptr, Moment::startup, SIGINT, true, 130},
+    {"sigint_to_group_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, true, 130},
+    {"sigint_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, false, 130},
+    {"sigint_mid_epoch_without_checkpoint", 2, false, nullptr, Moment::mid_epoch, SIGINT, false, 130},
+    {"sigint_during_commit", 2, true, nullptr, Moment::commit, SIGINT, false, 130},
+    // The preemption signal: a checkpoint, exit 75, the checkpoint named.
+    {"sigterm_at_startup", 1, true, nullptr, Moment::startup, SIGTERM, false, 75},
+    {"sigterm_mid_epoch", 1, true, nullptr, Moment::mid_epoch, SIGTERM, false, 75},
+    {"sigterm_during_commit", 1, true, nullptr, Moment::commit, SIGTERM, false, 75},
+    {"sigusr1_mid_epoch", 1, true, "SIGUSR1", Moment::mid_epoch, SIGUSR1, false, 75},
+    {"sigterm_at_startup", 2, true, nullptr, Moment::startup, SIGTERM, false, 75},
+    {"sigterm_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGTERM, false, 75},
+    {"sigterm_during_commit", 2, true, nullptr, Moment::commit, SIGTERM, false, 75},
+    {"sigusr1_mid_epoch", 2, true, "SIGUSR1", Moment::mid_epoch, SIGUSR1, false, 75},
+    // Any other signal interrupts: SIGTERM without [checkpoint], or when the
+    // preemption signal is SIGUSR1.
+    {"sigterm_at_startup_without_checkpoint", 1, false, nullptr, Moment::startup, SIGTERM, false, 130},
+    {"sigterm_mid_epoch_without_checkpoint", 1, false, nullptr, Moment::mid_epoch, SIGTERM, false, 130},
+    {"sigterm_mid_epoch_when_sigusr1_preempts", 1, true, "SIGUSR1", Moment::mid_epoch, SIGTERM, false, 130},
+    {"sigterm_at_startup_without_checkpoint", 2, false, nullptr, Moment::startup, SIGTERM, false, 130},
+    {"sigterm_mid_epoch_without_checkpoint", 2, false, nullptr, Moment::mid_epoch, SIGTERM, false, 130},
+    {"sigterm_mid_epoch_when_sigusr1_preempts", 2, true, "SIGUSR1", Moment::mid_epoch, SIGTERM, false, 130},
+};
+
+INSTANTIATE_TEST_SUITE_P(OneAndTwoProcesses, Signals, testing::ValuesIn(kCases),
+                         [](const testing::TestParamInfo<SignalCase>& info) {
+                           return std::string(info.param.name) + "_" + std::to_string(info.param.processes) + "p";
+                         });
+
+}  // namespace
+}  // namespace kiln::test
