@@ -140,6 +140,33 @@ TEST(Resume, TwoProcessesStoppedInsideAnEpochReportTheUninterruptedEpochsMetrics
   EXPECT_EQ(a, b);
 }
 
+// A preemption (SIGTERM, voted on every 16 steps) of two processes, sent
+// once the first epoch's checkpoint is there, so it lands inside the second
+// epoch (600 steps), then --resume last: every epoch's row, the interrupted
+// one included, is the uninterrupted run's.
+TEST(Resume, TwoProcessesPreemptedInsideAnEpochReportTheUninterruptedEpochsMetrics) {
+  TempDir straight, interrupted;
+  const std::vector<std::string> settings{"-n", "2", "--set", "trainer.max_epochs=3", "--set",
+                                          "checkpoint.every_n_steps=0", "--set", "checkpoint.every_n_epochs=1"};
+  ASSERT_EQ(kiln_fit(probe_manifest(straight, "", 9600), settings).exit_code, 0);
+  const auto m = probe_manifest(interrupted, "", 9600);
+  const auto last = interrupted / "run" / "checkpoints" / "last.ckpt";
+  std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() + "\"";
+  for (const auto& a : settings) command += " " + a;
+  const int tries = static_cast<int>(120 * timeout_scale() / 0.05);
+  command += " & pid=$!; n=0; while [ ! -e \"" + last.string() + "\" ] && [ $n -lt " + std::to_string(tries) +
+             " ]; do sleep 0.05; n=$((n+1)); done; kill -TERM $pid; wait $pid";
+  const ProcessResult preempted = run_process({"/bin/sh", "-c", command}, {.timeout = std::chrono::seconds(300)});
+  ASSERT_EQ(preempted.exit_code, 75) << preempted.output;
+  const CheckpointMeta meta = read_meta(CheckpointFile::read(last));
+  ASSERT_GT(meta.position.next_batch, 0) << "the preemption was expected inside an epoch";
+  std::vector<std::string> resume = settings;
+  resume.insert(resume.end(), {"--resume", "last"});
+  const ProcessResult resumed = kiln_fit(m, resume);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(metric_rows(straight), metric_rows(interrupted));
+}
+
 // Resumed with another number of processes, the interrupted epoch's metrics
 // hold every rank's batches from before the checkpoint: the same mean as
 // the uninterrupted run, up to the order of the sums.
