@@ -81,8 +81,11 @@ bool lock_existing_run_dir(const std::filesystem::path& dir) {
 
 void create_and_lock_run_dir(const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
-  // The supervisor that launched this worker holds it for the whole run.
-  if (const char* locked = std::getenv(kRunDirLockedVariable); locked && *locked) return;
+  // The kiln supervisor that launched this worker holds it for the whole run
+  // (the variable counts only in kiln's own workers).
+  const char* locked = std::getenv(kRunDirLockedVariable);
+  const char* by_kiln = std::getenv("KILN_LAUNCHED_BY_KILN");
+  if (locked && *locked && by_kiln && std::string(by_kiln) == "1") return;
   lock(dir);
 }
 
