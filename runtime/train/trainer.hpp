@@ -8,7 +8,7 @@
 #include <string>
 
 #include "config/manifest.hpp"
-#include "dist/launch_env.hpp"
+#include "distributed/launch_env.hpp"
 #include "plugin/loader.hpp"
 #include "train/session.hpp"
 

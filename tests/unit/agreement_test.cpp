@@ -1,4 +1,4 @@
-#include "dist/agreement.hpp"
+#include "distributed/agreement.hpp"
 
 #include <gtest/gtest.h>
 

@@ -19,8 +19,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "dist/heartbeat.hpp"
-#include "dist/supervisor.hpp"
+#include "distributed/heartbeat.hpp"
+#include "distributed/supervisor.hpp"
 #include "kiln/tensor.hpp"
 #include "plugin/host_objects.hpp"
 #include "plugin/plugin_instance.hpp"

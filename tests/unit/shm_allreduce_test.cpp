@@ -20,7 +20,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "dist/shm_allreduce.hpp"
+#include "distributed/shm_allreduce.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {

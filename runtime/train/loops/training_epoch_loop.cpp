@@ -5,7 +5,7 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
-#include "dist/grad_sync.hpp"
+#include "distributed/grad_sync.hpp"
 #include "plugin/host_objects.hpp"
 #include "train/optim.hpp"
 #include "train/precision.hpp"

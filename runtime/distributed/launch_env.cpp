@@ -15,7 +15,7 @@
 // Every error is an InputError with one line: "launcher environment
 // (<launcher>): <VARIABLE and what is wrong>; <what to do>". Values are quoted
 // with control characters escaped, so a value can never break the line.
-#include "dist/launch_env.hpp"
+#include "distributed/launch_env.hpp"
 
 #include <cstdlib>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "dist/process_group.hpp"
+#include "distributed/process_group.hpp"
 
 #include "util/errors.hpp"
 
@@ -20,9 +20,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "dist/c10d_compat.hpp"
-#include "dist/shm_allreduce.hpp"
-#include "dist/shm_segment.hpp"
+#include "distributed/c10d_compat.hpp"
+#include "distributed/shm_allreduce.hpp"
+#include "distributed/shm_segment.hpp"
 
 namespace kiln {
 

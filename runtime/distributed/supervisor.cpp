@@ -1,6 +1,6 @@
-#include "dist/supervisor.hpp"
+#include "distributed/supervisor.hpp"
 
-#include "dist/heartbeat.hpp"
+#include "distributed/heartbeat.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>

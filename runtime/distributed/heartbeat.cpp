@@ -1,4 +1,4 @@
-#include "dist/heartbeat.hpp"
+#include "distributed/heartbeat.hpp"
 
 #include <fcntl.h>
 #include <limits.h>

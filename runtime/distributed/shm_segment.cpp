@@ -1,4 +1,4 @@
-#include "dist/shm_segment.hpp"
+#include "distributed/shm_segment.hpp"
 
 #include <cerrno>
 #include <cstdio>

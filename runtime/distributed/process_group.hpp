@@ -15,7 +15,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include "config/manifest.hpp"
-#include "dist/launch_env.hpp"
+#include "distributed/launch_env.hpp"
 
 namespace c10d {
 class ProcessGroup;

@@ -1,10 +1,10 @@
-#include "dist/grad_sync.hpp"
+#include "distributed/grad_sync.hpp"
 
 #include <torch/csrc/distributed/c10d/comm.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
-#include "dist/c10d_compat.hpp"
-#include "dist/process_group.hpp"
+#include "distributed/c10d_compat.hpp"
+#include "distributed/process_group.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {

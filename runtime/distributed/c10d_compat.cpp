@@ -1,4 +1,4 @@
-#include "dist/c10d_compat.hpp"
+#include "distributed/c10d_compat.hpp"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 // lacks; runtime/dist/stub provides the two declarations it needs there.
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 
-#include "dist/shm_allreduce.hpp"
+#include "distributed/shm_allreduce.hpp"
 #ifdef KILN_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif

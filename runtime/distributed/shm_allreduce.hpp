@@ -31,7 +31,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "dist/shm_segment.hpp"
+#include "distributed/shm_segment.hpp"
 
 namespace kiln {
 
