@@ -18,7 +18,7 @@
 
 #include <ATen/ATen.h>
 
-#include "ckpt/checkpoint_file.hpp"
+#include "ckpt/checkpoint_writer.hpp"
 
 namespace {
 

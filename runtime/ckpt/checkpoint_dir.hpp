@@ -1,11 +1,14 @@
-// A run's checkpoint directory as kiln finds it: the one scan (used to rank
-// what earlier runs left and to answer `--resume last|best`), and the `last`
-// link. No LibTorch here.
+// A run's checkpoint directory, every concern of it in one place: the one
+// scan (used to rank what earlier runs left and to answer `--resume
+// last|best`), the sweep of temporaries an interrupted write left, applying
+// retention (the decisions themselves: retention.hpp), and the `last` link.
+// No LibTorch here.
 #pragma once
 
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/checkpoint_file.hpp"
@@ -37,5 +40,37 @@ std::filesystem::path resolve_resume(const std::string& spec, const std::filesys
 // Publishes a committed checkpoint under a second name (last.ckpt): atomic,
 // durable, and no second copy of the bytes (util/durable_file).
 void link_checkpoint(const std::filesystem::path& existing, const std::filesystem::path& final);
+
+// Removes "<dir>/.*.tmp-<pid>" files whose pid is not a live process (or is
+// this process's own leftover). Returns the paths removed.
+std::vector<std::filesystem::path> sweep_temporaries(const std::filesystem::path& dir);
+
+// The ranked checkpoints of a run's directory as rank 0 keeps them during the
+// run: those earlier runs committed, then those this run commits, pruned by
+// retention once each new one is durable.
+class CheckpointDirectory {
+ public:
+  explicit CheckpointDirectory(std::filesystem::path dir) : dir_(std::move(dir)) {}
+
+  // Creates the directory, removes what an interrupted write left, and ranks
+  // the checkpoints earlier runs committed (so that retention may prune them).
+  void open();
+  // Records a ranked checkpoint just committed. A resumed run can commit a
+  // name an earlier run already used (it died between that commit and
+  // pruning): the new file replaced the old, so it replaces the old entry
+  // too, or pruning would delete it.
+  void add_ranked(CheckpointInfo committed);
+  // Deletes the ranked checkpoints `policy` no longer keeps. Called only
+  // after the new checkpoint is durable.
+  void prune(const RetentionPolicy& policy);
+
+  const std::vector<CheckpointInfo>& ranked() const { return ranked_; }
+
+ private:
+  void forget(const std::filesystem::path& path);
+
+  std::filesystem::path dir_;
+  std::vector<CheckpointInfo> ranked_;
+};
 
 }  // namespace kiln

@@ -1,7 +1,5 @@
 #include "ckpt/checkpointer.hpp"
 
-#include <algorithm>
-
 #include <spdlog/spdlog.h>
 
 #include "ckpt/checkpoint_dir.hpp"
@@ -10,7 +8,7 @@
 namespace kiln {
 
 Checkpointer::Checkpointer(const CheckpointConfig& config, int rank, AllSucceeded all_succeeded)
-    : config_(config), rank_(rank), all_succeeded_(std::move(all_succeeded)) {}
+    : config_(config), rank_(rank), all_succeeded_(std::move(all_succeeded)), directory_(config.dir) {}
 
 RetentionPolicy Checkpointer::policy() const {
   return RetentionPolicy{config_.monitor, config_.mode, config_.save_top_k};
@@ -18,10 +16,28 @@ RetentionPolicy Checkpointer::policy() const {
 
 void Checkpointer::open() {
   if (rank_ != 0) return;
-  std::filesystem::create_directories(config_.dir);
-  for (const auto& removed : sweep_temporaries(config_.dir))
-    spdlog::warn("removed {} left by an interrupted checkpoint write", removed.string());
-  ranked_ = ranked_only(scan_checkpoints(config_.dir, [](const CheckpointError& e) { spdlog::warn("ignoring {}", e.what()); }));
+  directory_.open();
+}
+
+std::filesystem::path Checkpointer::write(const TrainPosition& position,
+                                          const std::function<RunStateView(const TrainPosition&)>& state) {
+  const RunStateView view = state(position);
+  const auto ranked = config_.dir / checkpoint_name(position.epoch, position.global_step);
+  const auto last = config_.dir / "last.ckpt";
+  std::filesystem::path written;
+  if (config_.save_top_k != 0) {
+    save_run_state(ranked, view);
+    directory_.add_ranked(CheckpointInfo{ranked, position.epoch, position.global_step, view.monitored, false});
+    written = ranked;
+    if (config_.save_last) link_checkpoint(ranked, last);
+  } else {
+    save_run_state(last, view);
+    written = last;
+  }
+  // Older checkpoints go only now, after the new one is durable.
+  directory_.prune(policy());
+  spdlog::info("checkpoint committed: {}", written.string());
+  return written;
 }
 
 std::filesystem::path Checkpointer::commit(const TrainPosition& position,
@@ -30,31 +46,7 @@ std::filesystem::path Checkpointer::commit(const TrainPosition& position,
   std::string error;
   if (rank_ == 0) {
     try {
-      const RunStateView view = state(position);
-      const auto ranked = config_.dir / checkpoint_name(position.epoch, position.global_step);
-      const auto last = config_.dir / "last.ckpt";
-      if (config_.save_top_k != 0) {
-        save_run_state(ranked, view);
-        // A resumed run can commit a name an earlier run already used (it
-        // died between that commit and pruning): the new file replaced the
-        // old, so it replaces the old entry too, or pruning would delete it.
-        ranked_.erase(std::remove_if(ranked_.begin(), ranked_.end(), [&](const CheckpointInfo& i) { return i.path == ranked; }),
-                      ranked_.end());
-        ranked_.push_back(CheckpointInfo{ranked, position.epoch, position.global_step, view.monitored, false});
-        written = ranked;
-        if (config_.save_last) link_checkpoint(ranked, last);
-      } else {
-        save_run_state(last, view);
-        written = last;
-      }
-      // Older checkpoints go only now, after the new one is durable.
-      for (const auto& old : to_delete(ranked_, policy())) {
-        std::error_code ec;
-        std::filesystem::remove(old, ec);
-        ranked_.erase(std::remove_if(ranked_.begin(), ranked_.end(), [&](const CheckpointInfo& i) { return i.path == old; }),
-                      ranked_.end());
-      }
-      spdlog::info("checkpoint committed: {}", written.string());
+      written = write(position, state);
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint_dir.hpp"
 #include "ckpt/retention.hpp"
 #include "ckpt/run_state.hpp"
 #include "config/manifest.hpp"
@@ -40,15 +41,19 @@ class Checkpointer {
   // point in one line: name, size and position, for the start-up agreement.
   static std::string restore(const std::filesystem::path& file, RunStateView& view);
 
-  const std::vector<CheckpointInfo>& ranked() const { return ranked_; }
+  const std::vector<CheckpointInfo>& ranked() const { return directory_.ranked(); }
 
  private:
   RetentionPolicy policy() const;
+  // Rank 0's part of commit(): writes the file (and the last link), then
+  // prunes. Returns the file written.
+  std::filesystem::path write(const TrainPosition& position,
+                              const std::function<RunStateView(const TrainPosition&)>& state);
 
   const CheckpointConfig& config_;
   int rank_;
   AllSucceeded all_succeeded_;
-  std::vector<CheckpointInfo> ranked_;
+  CheckpointDirectory directory_;
 };
 
 }  // namespace kiln

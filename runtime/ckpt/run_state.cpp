@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "ckpt/checkpoint_writer.hpp"
 #include "ckpt/retention.hpp"
 #include "util/errors.hpp"
 

@@ -35,6 +35,7 @@
 #include <torch/optim/sgd.h>
 
 #include "ckpt/checkpoint_file.hpp"
+#include "ckpt/checkpoint_writer.hpp"
 #include "ckpt/run_state.hpp"
 #include "fuzz_file.hpp"
 #include "kiln/detail/tensor_bytes.hpp"

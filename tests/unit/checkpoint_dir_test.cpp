@@ -18,6 +18,7 @@
 
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/checkpoint_writer.hpp"
 #include "util/errors.hpp"
 
 namespace fs = std::filesystem;

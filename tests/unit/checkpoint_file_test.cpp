@@ -1,8 +1,11 @@
 // Unit tests for the checkpoint file format and its crash-safe commit
-// (runtime/ckpt/checkpoint_file.cpp). Everything runs on real files in a
+// (runtime/ckpt/checkpoint_format, checkpoint_writer, checkpoint_file; the
+// sweep of temporaries in checkpoint_dir). Everything runs on real files in a
 // fresh temporary directory per test; crashes are real SIGKILLs of forked
 // children (KILN_FAULT_INJECT).
 #include "ckpt/checkpoint_file.hpp"
+#include "ckpt/checkpoint_dir.hpp"
+#include "ckpt/checkpoint_writer.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -256,6 +260,59 @@ TEST_F(CheckpointFileTest, DuplicateSectionNameIsRejectedAndTheWriterStaysUsable
   const CheckpointFile f = CheckpointFile::read(path);
   EXPECT_EQ(f.names(), (std::vector<std::string>{"model", "optimizer"}));
   EXPECT_EQ(f.section("model"), "1");
+}
+
+// commit_checkpoint: a snapshot that owns its sections, written by the same
+// protocol. The file is byte for byte the streaming writer's.
+TEST_F(CheckpointFileTest, SnapshotCommitWritesTheStreamingWritersFile) {
+  const std::string large = random_bytes((3 << 20) + 5, 11);
+  kiln::CheckpointSnapshot snapshot;
+  snapshot.add("meta", std::string("epoch=1"));
+  snapshot.add("empty", std::string());
+  {
+    // The snapshot keeps these bytes alive: the caller's handle goes first.
+    auto storage = std::make_shared<std::string>(large);
+    snapshot.add("tensor", "head:", storage, storage->data(), storage->size());
+  }
+  snapshot.add("small", std::string("0123\0" "56789", 10));
+
+  CheckpointWriter w(dir_ / "streamed.ckpt");
+  w.add("meta", "epoch=1");
+  w.add("empty", "");
+  w.add("tensor", "head:", large.data(), large.size());
+  w.add("small", std::string("0123\0" "56789", 10));
+  w.commit();
+  kiln::commit_checkpoint(dir_ / "snapshot.ckpt", snapshot);
+
+  EXPECT_EQ(read_bytes(dir_ / "snapshot.ckpt"), read_bytes(dir_ / "streamed.ckpt"));
+  const CheckpointFile f = CheckpointFile::read(dir_ / "snapshot.ckpt");
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"meta", "empty", "tensor", "small"}));
+  EXPECT_EQ(f.section("tensor"), "head:" + large);
+  EXPECT_EQ(listing(dir_), (std::vector<std::string>{"snapshot.ckpt", "streamed.ckpt"}));
+}
+
+TEST_F(CheckpointFileTest, SnapshotCommitFailsAsTheWriterDoesAndKeepsThePreviousFile) {
+  const fs::path path = dir_ / "last.ckpt";
+  write_bytes(path, "previous content");
+  kiln::CheckpointSnapshot snapshot;
+  snapshot.add("model", std::string("1"));
+  snapshot.add("model", std::string("2"));
+  try {
+    kiln::commit_checkpoint(path, snapshot);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "duplicate checkpoint section name 'model' in " + path.string());
+  }
+  EXPECT_EQ(read_bytes(path), "previous content");
+  EXPECT_EQ(listing(dir_), std::vector<std::string>{"last.ckpt"});
+
+  const fs::path missing = dir_ / "missing" / "a.ckpt";
+  try {
+    kiln::commit_checkpoint(missing, kiln::CheckpointSnapshot{});
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(starts_with(e.what(), "cannot write checkpoint " + missing.string() + ": ")) << e.what();
+  }
 }
 
 TEST_F(CheckpointFileTest, UseAfterCommitIsALogicError) {
