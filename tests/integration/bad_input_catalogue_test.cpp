@@ -50,7 +50,7 @@ uint64_t get_u64(const std::string& b, size_t at) {
 }
 void set_u64(std::string& b, size_t at, uint64_t v) { std::memcpy(&b[at], &v, 8); }
 
-// The checkpoint layout (ckpt/checkpoint_file.hpp): 12-byte header, then
+// The checkpoint layout (ckpt/checkpoint_format.hpp): 12-byte header, then
 // sections "u32 name length, name, u64 data length, data". Offset of the
 // first section's u64 data length.
 size_t first_section_length_at(const std::string& b) {
