@@ -3,17 +3,22 @@
 // config/options.hpp, BatchLimit); its default is that member's initializer.
 // Keys are listed in the order "known keys" messages and docs/manifest.md
 // show them.
+//
+// Long on purpose: it is a table, one declaration per key with the line of
+// documentation docs/manifest.md shows, in one function per manifest table.
+// How a declaration is made is in config/schema_declaration.hpp.
 #include "config/manifest_schema.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
+#include <tuple>
 
 #include "config/duration.hpp"
+#include "config/schema_declaration.hpp"
+#include "config/text.hpp"
 #include "kiln/detail/suggest.hpp"
 #include "metrics/logger_names.hpp"
 
@@ -21,194 +26,7 @@ namespace kiln {
 
 namespace {
 
-namespace fs = std::filesystem;
-
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
-
-// How a member's type reads from and shows in the manifest.
-template <class T>
-struct MemberType;
-template <>
-struct MemberType<bool> {
-  static constexpr ValueKind kind = ValueKind::boolean;
-  static bool from(const SchemaValue& v) { return std::get<bool>(v); }
-  static std::string show(bool v) { return v ? "true" : "false"; }
-};
-template <>
-struct MemberType<int64_t> {
-  static constexpr ValueKind kind = ValueKind::integer;
-  static int64_t from(const SchemaValue& v) { return std::get<int64_t>(v); }
-  static std::string show(int64_t v) { return std::to_string(v); }
-};
-template <>
-struct MemberType<int> {  // bounded by the schema to fit
-  static constexpr ValueKind kind = ValueKind::integer;
-  static int from(const SchemaValue& v) { return static_cast<int>(std::get<int64_t>(v)); }
-  static std::string show(int v) { return std::to_string(v); }
-};
-template <>
-struct MemberType<uint64_t> {  // bounded by the schema to >= 0
-  static constexpr ValueKind kind = ValueKind::integer;
-  static uint64_t from(const SchemaValue& v) { return static_cast<uint64_t>(std::get<int64_t>(v)); }
-  static std::string show(uint64_t v) { return std::to_string(v); }
-};
-template <>
-struct MemberType<double> {
-  static constexpr ValueKind kind = ValueKind::number;
-  static double from(const SchemaValue& v) { return std::get<double>(v); }
-  static std::string show(double v) { return float_text(v); }
-};
-template <>
-struct MemberType<std::string> {
-  static constexpr ValueKind kind = ValueKind::string;
-  static std::string from(const SchemaValue& v) { return std::get<std::string>(v); }
-  static std::string show(const std::string& v) { return quoted(v); }
-};
-template <>
-struct MemberType<fs::path> {
-  static constexpr ValueKind kind = ValueKind::path;
-  static fs::path from(const SchemaValue& v) { return std::get<fs::path>(v); }
-  static std::string show(const fs::path& v) { return quoted(v.string()); }
-};
-template <>
-struct MemberType<BatchLimit> {
-  static constexpr ValueKind kind = ValueKind::batch_limit;
-  static BatchLimit from(const SchemaValue& v) { return std::get<BatchLimit>(v); }
-  static std::string show(const BatchLimit& v) {
-    return v.is_fraction ? float_text(v.fraction) : std::to_string(v.count);
-  }
-};
-
-template <>
-struct MemberType<std::pair<double, double>> {
-  static constexpr ValueKind kind = ValueKind::betas;
-  static std::pair<double, double> from(const SchemaValue& v) { return std::get<std::pair<double, double>>(v); }
-  static std::string show(const std::pair<double, double>& v) {
-    return "[" + float_text(v.first) + ", " + float_text(v.second) + "]";
-  }
-};
-template <>
-struct MemberType<std::vector<std::string>> {  // patterns; .choices() makes it a choice_list
-  static constexpr ValueKind kind = ValueKind::patterns;
-  static std::vector<std::string> from(const SchemaValue& v) { return std::get<std::vector<std::string>>(v); }
-  static std::string show(const std::vector<std::string>& v) {
-    std::string out;
-    for (const auto& s : v) out += (out.empty() ? "" : ", ") + quoted(s);
-    return "[" + out + "]";
-  }
-};
-// An option a group may leave to [optimizer]: absent until set.
-template <class T>
-struct MemberType<std::optional<T>> {
-  static constexpr ValueKind kind = MemberType<T>::kind;
-  static std::optional<T> from(const SchemaValue& v) { return MemberType<T>::from(v); }
-  static std::string show(const std::optional<T>& v) { return v ? MemberType<T>::show(*v) : ""; }
-};
-
-// Declares the keys of one table, each bound to a member of `Section`: a
-// member of the Manifest, or (for an array of tables) of its newest entry.
-template <class Section>
-class TableDeclaration {
- public:
-  using Access = std::function<Section&(Manifest&)>;
-  using ConstAccess = std::function<const Section&(const Manifest&)>;
-
-  TableDeclaration(std::string name, Section Manifest::*section, std::string doc)
-      : TableDeclaration(
-            std::move(name), [section](Manifest& m) -> Section& { return m.*section; },
-            [section](const Manifest& m) -> const Section& { return m.*section; }, std::move(doc)) {}
-  TableDeclaration(std::string name, Access access, ConstAccess shown, std::string doc)
-      : access_(std::move(access)), shown_(std::move(shown)) {
-    table_.name = std::move(name);
-    table_.doc = std::move(doc);
-  }
-
-  // A key filling `member`; its kind follows the member's type.
-  template <class T>
-  TableDeclaration& key(std::string name, T Section::*member, std::string doc) {
-    KeySchema k = declare(std::move(name), std::move(doc));
-    const Access access = access_;
-    const ConstAccess shown = shown_;
-    if constexpr (std::is_enum_v<T>) {
-      k.kind = ValueKind::choice;
-      k.choices = option_names<T>();
-      k.store = [access, member](Manifest& m, const SchemaValue& v) {
-        access(m).*member = static_cast<T>(std::get<ChoiceIndex>(v).index);
-      };
-      k.show = [shown, member](const Manifest& m) { return quoted(option_name(shown(m).*member)); };
-    } else {
-      k.kind = MemberType<T>::kind;
-      k.store = [access, member](Manifest& m, const SchemaValue& v) { access(m).*member = MemberType<T>::from(v); };
-      k.show = [shown, member](const Manifest& m) { return MemberType<T>::show(shown(m).*member); };
-    }
-    table_.keys.push_back(std::move(k));
-    return *this;
-  }
-
-  // A key whose reading needs more than one member (optimizer.betas).
-  TableDeclaration& key(std::string name, ValueKind kind, std::function<void(Manifest&, const SchemaValue&)> store,
-                        std::function<std::string(const Manifest&)> show, std::string doc) {
-    KeySchema k = declare(std::move(name), std::move(doc));
-    k.kind = kind;
-    k.store = std::move(store);
-    k.show = std::move(show);
-    table_.keys.push_back(std::move(k));
-    return *this;
-  }
-
-  // Constraints on the key declared last.
-  // Integer bounds (int: a literal picks these, not the double ones).
-  TableDeclaration& at_least(int min) { return last().int_min = min, *this; }
-  TableDeclaration& between(int min, int max) { return last().int_min = min, last().int_max = max, *this; }
-  // Number bounds.
-  TableDeclaration& above(double min) { return last().min = min, last().min_exclusive = true, *this; }
-  TableDeclaration& at_least(double min) { return last().min = min, *this; }
-  TableDeclaration& between(double min, double max) { return last().min = min, last().max = max, *this; }
-  TableDeclaration& nonempty() { return last().nonempty = true, *this; }
-  TableDeclaration& kind(ValueKind kind) { return last().kind = kind, *this; }
-  // A list of names out of a closed set (logging.loggers).
-  TableDeclaration& choices(std::vector<std::string> names) {
-    last().kind = ValueKind::choice_list;
-    return last().choices = std::move(names), *this;
-  }
-  TableDeclaration& refuse(decltype(KeySchema::refuse) check, std::string allowed) {
-    last().refuse = std::move(check);
-    last().allowed_text = std::move(allowed);
-    return *this;
-  }
-  TableDeclaration& allowed(std::string text) { return last().allowed_text = std::move(text), *this; }
-  TableDeclaration& default_text(std::string text) { return last().default_text = std::move(text), *this; }
-  TableDeclaration& required() { return last().required = true, last().default_text = "required", *this; }
-  // Makes the table an array of tables whose entries `add_entry` opens.
-  TableDeclaration& array_of_tables(std::function<void(Manifest&, const std::string&)> add_entry) {
-    table_.array_of_tables = true;
-    table_.add_entry = std::move(add_entry);
-    return *this;
-  }
-
-  TableSchema done() {
-    for (auto& k : table_.keys) k.in_array = table_.array_of_tables;
-    return std::move(table_);
-  }
-
- private:
-  KeySchema declare(std::string name, std::string doc) {
-    KeySchema k;
-    k.table = table_.name;
-    k.key = std::move(name);
-    k.doc = std::move(doc);
-    return k;
-  }
-  KeySchema& last() { return table_.keys.back(); }
-
-  Access access_;
-  ConstAccess shown_;
-  TableSchema table_;
-};
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
+using manifest_detail::TableDeclaration;
 
 // run.name names a directory under runs/.
 std::string refuse_run_name(const std::string& name, const std::string& v) {
@@ -222,13 +40,14 @@ std::string refuse_run_name(const std::string& name, const std::string& v) {
 // run.device: auto, cpu, cuda or cuda:N — open-ended, so a string, not a closed set.
 std::string refuse_device(const std::string& name, const std::string& v) {
   auto valid = [](const std::string& d) {
-    return d == "auto" || d == "cpu" || d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() <= 9 && all_digits(d.substr(5)));
+    return d == "auto" || d == "cpu" || d == "cuda" ||
+           (d.rfind("cuda:", 0) == 0 && d.size() <= 9 && manifest_detail::all_digits(d.substr(5)));
   };
   if (valid(v)) return "";
-  std::string folded = v;
-  for (char& c : folded) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string folded = manifest_detail::lower(v);
   if (folded.rfind("gpu", 0) == 0) folded = "cuda" + folded.substr(3);
-  const std::string hint = valid(folded) ? " (did you mean '" + folded + "'?)" : detail::did_you_mean(v, {"auto", "cpu", "cuda"});
+  const std::string hint =
+      valid(folded) ? detail::did_you_mean_hint(folded) : detail::did_you_mean(v, {"auto", "cpu", "cuda"});
   return name + " must be 'auto', 'cpu', 'cuda' or 'cuda:N' (N = device index), not '" + v + "'" + hint;
 }
 
@@ -239,9 +58,7 @@ std::string refuse_max_time(const std::string& name, const std::string& v) {
          "'";
 }
 
-std::vector<TableSchema> declare_schema() {
-  std::vector<TableSchema> tables;
-
+TableSchema declare_run_table() {
   TableDeclaration<RunConfig> run("run", &Manifest::run, "The run: its name, directory, seed and device");
   run.key("name", &RunConfig::name, "names the run's directory, `runs/<name>` next to the manifest")
       .nonempty()
@@ -257,9 +74,11 @@ std::vector<TableSchema> declare_schema() {
           "node, `cuda` and `auto` give each rank `cuda:LOCAL_RANK`")
       .refuse(refuse_device, "`auto`, `cpu`, `cuda`, `cuda:N`");
   run.key("log_level", &RunConfig::log_level, "the host's log level");
-  tables.push_back(run.done());
+  return run.done();
+}
 
-  TableDeclaration<TrainerConfig> trainer("trainer", &Manifest::trainer, "The loop: epochs, batches, clipping, output");
+// [trainer]'s loop: its length, its batches, clipping, validation and limits.
+void declare_trainer_loop_keys(TableDeclaration<TrainerConfig>& trainer) {
   trainer.key("max_epochs", &TrainerConfig::max_epochs, "epochs to train; -1 = no limit (then set max_steps)")
       .at_least(-1);
   trainer.key("max_steps", &TrainerConfig::max_steps, "optimizer steps to train; -1 = no limit").at_least(-1);
@@ -288,6 +107,10 @@ std::vector<TableSchema> declare_schema() {
   trainer.key("fast_dev_run", &TrainerConfig::fast_dev_run,
               "N > 0 (true = 1): N batches of train, val and test, one epoch, no checkpoints")
       .kind(ValueKind::flag_or_count);
+}
+
+// [trainer]'s data loading, progress, precision, time limit and output.
+void declare_trainer_output_keys(TableDeclaration<TrainerConfig>& trainer) {
   trainer.key("shuffle", &TrainerConfig::shuffle, "a new sample order each epoch (from run.seed and the epoch)");
   trainer.key("drop_last", &TrainerConfig::drop_last, "drop the last training batch when it is short");
   trainer.key("prefetch", &TrainerConfig::prefetch,
@@ -319,8 +142,16 @@ std::vector<TableSchema> declare_schema() {
   trainer.key("predictions_text", &TrainerConfig::predictions_text,
               "`kiln predict` also writes predictions.txt: each row of uint8 outputs (bytes) as text, under a "
               "`--- row N ---` line");
-  tables.push_back(trainer.done());
+}
 
+TableSchema declare_trainer_table() {
+  TableDeclaration<TrainerConfig> trainer("trainer", &Manifest::trainer, "The loop: epochs, batches, clipping, output");
+  declare_trainer_loop_keys(trainer);
+  declare_trainer_output_keys(trainer);
+  return trainer.done();
+}
+
+TableSchema declare_optimizer_table() {
   TableDeclaration<OptimizerConfig> optimizer("optimizer", &Manifest::optimizer,
                                               "The optimizer (built by runtime/train/optim_registry.cpp)");
   optimizer.key("name", &OptimizerConfig::name, "which optimizer");
@@ -347,9 +178,11 @@ std::vector<TableSchema> declare_schema() {
   optimizer.key("initial_accumulator_value", &OptimizerConfig::initial_accumulator_value,
                 "adagrad: the starting value of the squared gradients' sum")
       .at_least(0.0);
-  tables.push_back(optimizer.done());
+  return optimizer.done();
+}
 
-  // Each [[optimizer.groups]] entry: its keys bound to the newest group.
+// Each [[optimizer.groups]] entry: its keys bound to the newest group.
+TableSchema declare_optimizer_groups_table() {
   static const OptimizerGroupConfig kNoGroup;
   TableDeclaration<OptimizerGroupConfig> groups(
       "optimizer.groups", [](Manifest& m) -> OptimizerGroupConfig& { return m.optimizer.groups.back(); },
@@ -381,8 +214,10 @@ std::vector<TableSchema> declare_schema() {
   groups.key("initial_accumulator_value", &OptimizerGroupConfig::initial_accumulator_value, "adagrad")
       .at_least(0.0)
       .default_text(inherited);
-  tables.push_back(groups.done());
+  return groups.done();
+}
 
+TableSchema declare_scheduler_table() {
   TableDeclaration<SchedulerConfig> scheduler("scheduler", &Manifest::scheduler,
                                               "The learning-rate schedule: the rate of each period (an epoch or a step)");
   scheduler.key("name", &SchedulerConfig::name, "which schedule; none keeps optimizer.lr");
@@ -398,8 +233,10 @@ std::vector<TableSchema> declare_schema() {
   scheduler.key("warmup_start_factor", &SchedulerConfig::warmup_start_factor,
                 "linear_warmup: the ramp's first factor on optimizer.lr")
       .between(0.0, 1.0);
-  tables.push_back(scheduler.done());
+  return scheduler.done();
+}
 
+TableSchema declare_checkpoint_table() {
   TableDeclaration<CheckpointConfig> checkpoint("checkpoint", &Manifest::checkpoint,
                                                 "Checkpoints, written when this table is present (docs/checkpoints.md)");
   checkpoint.key("dir", &CheckpointConfig::dir, "where checkpoints go, relative to the manifest")
@@ -418,8 +255,10 @@ std::vector<TableSchema> declare_schema() {
       .default_text("true when [checkpoint] is present");
   checkpoint.key("preempt_signal", &CheckpointConfig::preempt_signal,
                  "the signal that means preempted: checkpoint, then exit 75; none: it interrupts");
-  tables.push_back(checkpoint.done());
+  return checkpoint.done();
+}
 
+TableSchema declare_distributed_table() {
   TableDeclaration<DistributedConfig> distributed("distributed", &Manifest::distributed,
                                                   "Several processes (docs/distributed.md)");
   distributed.key("processes", &DistributedConfig::processes, "worker processes kiln starts on this machine")
@@ -436,17 +275,25 @@ std::vector<TableSchema> declare_schema() {
       .nonempty();
   distributed.key("master_port", &DistributedConfig::master_port, "the rendezvous port; 0 = a free one")
       .between(0, 65535);
-  tables.push_back(distributed.done());
+  return distributed.done();
+}
 
+TableSchema declare_logging_table() {
   TableDeclaration<LoggingConfig> logging("logging", &Manifest::logging,
                                           "Where metrics are written, on rank 0 (docs/logging.md)");
   logging.key("loggers", &LoggingConfig::loggers,
               "metrics.csv (epoch rows), metrics.jsonl and TensorBoard's events.out.tfevents.kiln (step and epoch "
               "rows), in the run directory; [] = none")
       .choices(logger_names());
-  tables.push_back(logging.done());
+  return logging.done();
+}
 
-  return tables;
+// In the order of the reference: an array of tables right after the table
+// that holds it.
+std::vector<TableSchema> declare_schema() {
+  return {declare_run_table(),       declare_trainer_table(),    declare_optimizer_table(),
+          declare_optimizer_groups_table(), declare_scheduler_table(), declare_checkpoint_table(),
+          declare_distributed_table(), declare_logging_table()};
 }
 
 std::vector<KeySchema> declare_plugin_host_keys() {

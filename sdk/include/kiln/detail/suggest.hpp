@@ -1,8 +1,10 @@
-// kiln/detail/suggest.hpp — "did you mean" for misspelt keys, shared by the
-// host's manifest checks and the SDK's plugin config checks.
+// kiln/detail/suggest.hpp — "did you mean" for misspelt keys and values: the
+// one implementation, shared by the host's manifest checks (runtime/config/)
+// and the SDK's plugin config checks. Header-only, standard library only.
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,10 +41,37 @@ inline std::string closest(std::string_view key, const std::vector<std::string>&
   return best;
 }
 
+// " (did you mean 'x'?)": the one wording of every suggestion.
+inline std::string did_you_mean_hint(std::string_view candidate) {
+  return " (did you mean '" + std::string(candidate) + "'?)";
+}
+
 // " (did you mean 'x'?)" or "".
 inline std::string did_you_mean(std::string_view key, const std::vector<std::string>& candidates) {
   const std::string best = closest(key, candidates);
-  return best.empty() ? std::string() : " (did you mean '" + best + "'?)";
+  return best.empty() ? std::string() : did_you_mean_hint(best);
+}
+
+// A suggestion for a misspelt value out of a closed set of lower-case names:
+// a case-insensitive match first ("AdamW" for "adamw"), then the nearest by
+// edit distance, then a name of 3 or more characters that one starts with
+// ("warning" for "warn", "cos" for "cosine"); "" when none reads as meant.
+inline std::string did_you_mean_choice(std::string_view given, const std::vector<std::string>& candidates) {
+  std::string folded(given);
+  for (char& c : folded) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const auto& candidate : candidates) {
+    if (folded == candidate) return did_you_mean_hint(candidate);
+  }
+  std::string hint = did_you_mean(given, candidates);
+  if (hint.empty() && folded.size() >= 3) {
+    for (const auto& candidate : candidates) {
+      if (candidate.size() >= 3 && (folded.compare(0, candidate.size(), candidate) == 0 ||
+                                    candidate.compare(0, folded.size(), folded) == 0)) {
+        return did_you_mean_hint(candidate);
+      }
+    }
+  }
+  return hint;
 }
 
 }  // namespace kiln::detail

@@ -1,0 +1,402 @@
+// Schema-driven validation of a parsed manifest (config/manifest_validation.hpp):
+// host tables as config/manifest_schema.cpp declares them, plugin tables
+// (their plugin looked up on the plugin path), then the defaults and checks
+// that span keys.
+#include "config/manifest_validation.hpp"
+
+#include <algorithm>
+#include <map>
+#include <system_error>
+
+#include "config/input_guard.hpp"
+#include "config/manifest_schema.hpp"
+#include "config/text.hpp"
+#include "kiln/detail/suggest.hpp"
+
+namespace kiln::manifest_detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string> kAllTables = {"run",       "model",     "data",       "callbacks",  "trainer",
+                                             "optimizer", "scheduler", "checkpoint", "distributed",
+                                             "logging"};
+
+class Validator {
+ public:
+  Validator(const Context& context, Manifest& manifest, const PluginSearchPath& search_path)
+      : ctx(context), m(manifest), search(search_path) {}
+
+  void run(const toml::table& root) {
+    check_entries(root);
+    require_plugins();
+    apply_dependent_defaults();
+    check_across_keys();
+  }
+
+ private:
+  const Context& ctx;
+  Manifest& m;
+  const PluginSearchPath& search;
+  std::map<std::string, const toml::table*> host_tables;  // as found, for cross-key checks
+  bool have_model = false;
+  bool have_data = false;
+
+  const toml::table* host_table(const std::string& name) const {
+    const auto it = host_tables.find(name);
+    return it == host_tables.end() ? nullptr : it->second;
+  }
+
+  bool has_key(const std::string& table, const std::string& key) const {
+    const toml::table* t = host_table(table);
+    return t && t->contains(key);
+  }
+
+  // Which other host table knows `key` (for "it belongs in [optimizer]");
+  // an array of tables comes back bracketed once more, so that the callers'
+  // "[" + owner + "]" reads [[optimizer.groups]].
+  std::string owner_of(const std::string& key, const std::string& except) const {
+    for (const auto& t : manifest_schema()) {
+      if (t.name != except && t.find(key)) return t.array_of_tables ? "[" + t.name + "]" : t.name;
+    }
+    return "";
+  }
+
+  // The position of `key` in a host table, or of the table, for cross-key checks.
+  std::string where_key(const std::string& table_name, const std::string& key) const {
+    if (const toml::table* table = host_table(table_name)) {
+      if (const toml::node* node = table->get(key)) return ctx.where({table_name, key}, node->source());
+      return ctx.where({table_name}, table->source());
+    }
+    return ctx.file;
+  }
+
+  // ---- the top level, in file order
+
+  void check_entries(const toml::table& root) {
+    for (const auto& [k, v] : in_file_order(root)) {
+      const std::string name(k->str());
+      const KeyPath path{name};
+      if (name == "model") {
+        m.model = check_plugin("model", path, *v, table_source(*v, *k));
+        have_model = true;
+      } else if (name == "data") {
+        m.data = check_plugin("data", path, *v, table_source(*v, *k));
+        have_data = true;
+      } else if (name == "callbacks") {
+        check_callbacks(*k, *v);
+      } else if (const TableSchema* schema = find_table_schema(name); schema && !schema->array_of_tables) {
+        if (name == "checkpoint") m.checkpoint.enabled = true;  // `enabled` may still turn it off
+        check_host_table(*schema, *k, *v);
+      } else {
+        unknown_top_level(name, *k, *v);
+      }
+    }
+  }
+
+  [[noreturn]] void unknown_top_level(const std::string& name, const toml::key& key, const toml::node& node) const {
+    const KeyPath path{name};
+    const auto& source = table_source(node, key);
+    if (node.is_table() || node.is_array()) {
+      std::string hint = detail::did_you_mean_choice(name, kAllTables);
+      if (hint.empty()) hint = " (known tables: " + join(kAllTables, ", ") + ")";
+      ctx.fail_at(path, source, "unknown table '" + name + "'" + hint);
+    }
+    std::string hint = detail::did_you_mean_choice(name, kAllTables);
+    if (hint.empty()) {
+      const std::string owner = owner_of(name, "");
+      hint = owner.empty() ? " (keys belong in a table: " + join(kAllTables, ", ") + ")"
+                           : " (it belongs in [" + owner + "]: put it after the [" + owner + "] header)";
+    }
+    ctx.fail_at(path, source, "unknown top-level key '" + name + "'" + hint);
+  }
+
+  // ---- host tables
+
+  void check_host_table(const TableSchema& schema, const toml::key& key, const toml::node& node) {
+    const KeyPath path{schema.name};
+    const auto* table = node.as_table();
+    if (!table) {
+      std::string message = "[" + schema.name + "] must be a table, not " + std::string(type_phrase(node));
+      if (node.is_array()) message += " (write [" + schema.name + "], not [[" + schema.name + "]])";
+      ctx.fail_at(path, table_source(node, key), message);
+    }
+    host_tables[schema.name] = table;
+    std::vector<std::string> known = schema.key_names();
+    for (const auto& t : manifest_schema())
+      if (t.array_of_tables && starts_with(t.name, schema.name + ".")) known.push_back(t.name.substr(schema.name.size() + 1));
+    for (const auto& [k, v] : in_file_order(*table)) {
+      const std::string name(k->str());
+      const KeySchema* spec = schema.find(name);
+      const KeyPath key_path = child(path, name);
+      if (const TableSchema* entries = find_table_schema(schema.name + "." + name); entries && entries->array_of_tables) {
+        check_table_array(*entries, key_path, *k, *v);
+        continue;
+      }
+      if (!spec) {
+        std::string hint = detail::did_you_mean_choice(name, known);
+        if (hint.empty()) {
+          const std::string owner = owner_of(name, schema.name);
+          hint = owner.empty() ? " (known keys: " + join(known, ", ") + ")" : " (it belongs in [" + owner + "])";
+        }
+        ctx.fail_at(key_path, k->source(), "unknown key '" + name + "' in [" + schema.name + "]" + hint);
+      }
+      spec->store(m, checked_value(*spec, Field{ctx, key_path, *v}));
+    }
+  }
+
+  // [[optimizer.groups]]: each entry opened, then its keys checked and
+  // stored into it; an entry missing a required key is refused.
+  void check_table_array(const TableSchema& schema, const KeyPath& path, const toml::key& key, const toml::node& node) {
+    const std::string shown = "[[" + schema.name + "]]";
+    const auto* array = node.as_array();
+    if (!array) {
+      std::string message = display(path) + " must be an array of tables, not " + std::string(type_phrase(node));
+      if (node.is_table()) message += " (write each entry as a " + shown + " table)";
+      ctx.fail_at(path, table_source(node, key), message);
+    }
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = *array->get(i);
+      const KeyPath element_path = child(path, index_part(i));
+      const auto& source = element.source().begin.line > 0 ? element.source() : table_source(node, key);
+      const auto* entry = element.as_table();
+      if (!entry) {
+        ctx.fail_at(element_path, source,
+                    display(element_path) + " must be a table, not " + std::string(type_phrase(element)) +
+                        " (write each entry as a " + shown + " table)");
+      }
+      open_entry(schema, *entry, element_path, source);
+      check_entry_keys(schema, *entry, element_path);
+    }
+  }
+
+  // Refuses an entry without a required key, then opens it, placed where
+  // its last required key is written.
+  void open_entry(const TableSchema& schema, const toml::table& entry, const KeyPath& element_path,
+                  const toml::source_region& source) {
+    std::string where = ctx.where(element_path, source);
+    for (const auto& k : schema.keys) {
+      if (!k.required) continue;
+      const toml::node* value = entry.get(k.key);
+      if (!value) {
+        ctx.fail_at(element_path, source,
+                    display(element_path) + " has no '" + k.key + "': every [[" + schema.name + "]] entry sets it (" +
+                        k.doc + ")");
+      }
+      where = ctx.where(child(element_path, k.key), value->source());
+    }
+    schema.add_entry(m, where);
+  }
+
+  void check_entry_keys(const TableSchema& schema, const toml::table& entry, const KeyPath& element_path) {
+    const std::vector<std::string> known = schema.key_names();
+    for (const auto& [k, v] : in_file_order(entry)) {
+      const std::string name(k->str());
+      const KeySchema* spec = schema.find(name);
+      const KeyPath key_path = child(element_path, name);
+      if (!spec) {
+        std::string hint = detail::did_you_mean_choice(name, known);
+        if (hint.empty()) hint = " (known keys: " + join(known, ", ") + ")";
+        ctx.fail_at(key_path, k->source(), "unknown key '" + name + "' in " + display(element_path) + hint);
+      }
+      spec->store(m, checked_value(*spec, Field{ctx, key_path, *v}));
+    }
+  }
+
+  // ---- plugin tables
+
+  // The plugin libraries in `dirs`, by the name a manifest gives them, sorted.
+  static std::vector<std::string> installed_plugins(const std::vector<fs::path>& dirs) {
+    std::vector<std::string> available;
+    std::error_code ec;
+    for (const auto& dir : dirs) {
+      for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        std::string file = it->path().filename().string();
+        if (!ends_with(file, ".so")) continue;
+        file.resize(file.size() - 3);
+        if (starts_with(file, "lib")) file.erase(0, 3);
+        if (!file.empty() && std::find(available.begin(), available.end(), file) == available.end()) {
+          available.push_back(file);
+        }
+      }
+      ec.clear();
+    }
+    std::sort(available.begin(), available.end());
+    return available;
+  }
+
+  fs::path find_plugin(const std::string& name, const KeyPath& path, const toml::node& value,
+                       const std::string& slot_text) const {
+    std::error_code ec;
+    for (const auto& dir : search.dirs) {
+      for (const std::string& candidate : {"lib" + name + ".so", name + ".so"}) {
+        const fs::path p = dir / candidate;
+        if (fs::is_regular_file(p, ec)) return p;
+      }
+    }
+    std::vector<std::string> dirs;
+    for (const auto& dir : search.dirs) dirs.push_back(dir.string());
+    std::string message = "plugin '" + name + "' for " + slot_text + " not found";
+    if (dirs.empty()) {
+      message += ": no plugin directories to search (set KILN_PLUGIN_PATH, or give the path to the .so file)";
+    } else {
+      message += " in " + join(dirs, ", ");
+      const std::string hint = detail::did_you_mean(name, installed_plugins(search.dirs));
+      message += hint.empty() ? " (add its directory to KILN_PLUGIN_PATH, or give the path to the .so file)" : hint;
+    }
+    ctx.fail_at(path, value.source(), message);
+  }
+
+  [[noreturn]] void missing_path(const std::string& slot_text, const KeyPath& path, const toml::table& table,
+                                 const toml::source_region& source) const {
+    std::string hint;
+    for (const auto& [k, v] : table) {
+      const std::string name(k.str());
+      if (name != "id" && detail::closest(name, {"path"}) == "path") {
+        hint = " (did you mean 'path' instead of '" + name + "'?)";
+        break;
+      }
+    }
+    ctx.fail_at(path, source,
+                slot_text + " has no 'path': set path = \"<plugin name>\" (looked up on the plugin path) or the "
+                            "path to its .so file" + hint);
+  }
+
+  PluginSpec check_plugin(const std::string& slot, const KeyPath& path, const toml::node& node,
+                          const toml::source_region& source) const {
+    const std::string slot_text = path.size() == 1 ? "[" + slot + "]" : slot;
+    const auto* table = node.as_table();
+    if (!table) {
+      std::string message = slot_text + " must be a table, not " + std::string(type_phrase(node));
+      if (path.size() == 1 && node.is_array()) message += " (write [" + slot + "], not [[" + slot + "]])";
+      ctx.fail_at(path, source, message);
+    }
+    PluginSpec spec;
+    spec.slot = slot;
+    spec.where = ctx.where(path, source);
+    const toml::node* path_node = table->get("path");
+    if (!path_node) missing_path(slot_text, path, *table, source);
+    const Field path_field{ctx, child(path, "path"), *path_node};
+    spec.path_text = path_field.nonempty_string();
+    if (spec.path_text.find('/') != std::string::npos || ends_with(spec.path_text, ".so")) {
+      spec.path = ctx.resolve(spec.path_text);
+    } else {
+      spec.path = find_plugin(spec.path_text, path_field.path, *path_node, slot_text);
+    }
+    if (const toml::node* id_node = table->get("id")) {
+      spec.id = Field{ctx, child(path, "id"), *id_node}.string();
+    }
+    toml::table config = *table;
+    config.erase("path");
+    config.erase("id");
+    spec.config_toml = toml_text(config);
+    return spec;
+  }
+
+  void check_callbacks(const toml::key& key, const toml::node& node) {
+    const KeyPath path{"callbacks"};
+    const auto* array = node.as_array();
+    if (!array) {
+      std::string message = "callbacks must be an array of tables, not " + std::string(type_phrase(node));
+      if (node.is_table()) message += " (write [[callbacks]] for each callback, not [callbacks])";
+      ctx.fail_at(path, table_source(node, key), message);
+    }
+    m.callbacks.clear();
+    for (std::size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = *array->get(i);
+      const KeyPath element_path = child(path, index_part(i));
+      const auto& source = element.source().begin.line > 0 ? element.source() : table_source(node, key);
+      if (!element.is_table()) {
+        ctx.fail_at(element_path, source,
+                    display(element_path) + " must be a table, not " + std::string(type_phrase(element)) +
+                        " (write each callback as a [[callbacks]] table)");
+      }
+      m.callbacks.push_back(check_plugin(display(element_path), element_path, element, source));
+    }
+  }
+
+  // ---- after every entry
+
+  void require_plugins() const {
+    if (!have_model) {
+      fail(ctx.file + ": missing [model] table: add [model] with path = \"<plugin name or .so file>\"");
+    }
+    if (!have_data) {
+      fail(ctx.file + ": missing [data] table: add [data] with path = \"<plugin name or .so file>\"");
+    }
+  }
+
+  // Defaults that depend on other keys.
+  void apply_dependent_defaults() {
+    if (!has_key("run", "dir")) m.run.dir = (ctx.dir / "runs" / m.run.name).lexically_normal();
+    if (!has_key("checkpoint", "dir")) m.checkpoint.dir = m.run.dir / "checkpoints";
+    // torch's own defaults: Adagrad's eps is 1e-10, the others' 1e-8.
+    if (!has_key("optimizer", "eps") && m.optimizer.name == OptimizerName::adagrad) m.optimizer.eps = 1e-10;
+  }
+
+  void check_across_keys() const {
+    if (m.trainer.max_epochs == -1 && m.trainer.max_steps == -1 && m.trainer.max_time.empty()) {
+      fail(where_key("trainer", has_key("trainer", "max_epochs") ? "max_epochs" : "max_steps") +
+           ": trainer.max_epochs = -1 and trainer.max_steps = -1 would train forever: set max_epochs, "
+           "max_steps or max_time to a limit");
+    }
+    const BatchLimit& every = m.trainer.val_check_interval;
+    if (every.is_fraction ? every.fraction <= 0.0 : every.count <= 0) {
+      fail(where_key("trainer", "val_check_interval") +
+           ": trainer.val_check_interval must be above 0: a fraction of the epoch in (0.0, 1.0] or a number of "
+           "batches >= 1 (to validate less often, use check_val_every_n_epoch; never: 0 there)");
+    }
+    if (m.optimizer.name == OptimizerName::sgd && m.optimizer.nesterov && m.optimizer.momentum <= 0.0) {
+      fail(where_key("optimizer", "nesterov") +
+           ": optimizer.nesterov = true needs optimizer.momentum > 0 (set momentum, e.g. 0.9, or nesterov = false)");
+    }
+    check_optimizer_groups();
+    if (m.checkpoint.enabled && m.checkpoint.monitor.empty() && m.checkpoint.save_top_k > 1) {
+      fail(where_key("checkpoint", "save_top_k") + ": checkpoint.save_top_k = " +
+           std::to_string(m.checkpoint.save_top_k) +
+           " needs checkpoint.monitor to rank checkpoints by (set monitor = \"<metric>\", or save_top_k = 1)");
+    }
+    if (m.distributed.backend == DistributedBackend::nccl && m.run.device == "cpu") {
+      fail(where_key("distributed", "backend") +
+           ": distributed.backend = 'nccl' needs a CUDA device (set run.device = \"cuda\", or backend = \"gloo\")");
+    }
+  }
+
+  // Each group sets only options its optimizer reads (an option the
+  // optimizer ignores would silently do nothing), and nesterov keeps its
+  // momentum.
+  void check_optimizer_groups() const {
+    const toml::table* optimizer = host_table("optimizer");
+    const toml::array* entries = optimizer ? optimizer->get_as<toml::array>("groups") : nullptr;
+    if (!entries) return;
+    const std::vector<std::string>& takes = optimizer_option_keys(m.optimizer.name);
+    for (std::size_t i = 0; i < entries->size() && i < m.optimizer.groups.size(); ++i) {
+      const toml::table* entry = entries->get(i)->as_table();
+      const KeyPath entry_path{"optimizer", "groups", index_part(i)};
+      for (const auto& [k, v] : in_file_order(*entry)) {
+        const std::string name(k->str());
+        if (name == "match" || std::find(takes.begin(), takes.end(), name) != takes.end()) continue;
+        const KeyPath key_path = child(entry_path, name);
+        ctx.fail_at(key_path, k->source(),
+                    display(key_path) + ": " + option_name(m.optimizer.name) + " takes no " + name +
+                        " (the options it takes: " + join(takes, ", ") + ")");
+      }
+      const OptimizerConfig options = m.optimizer.for_group(m.optimizer.groups[i]);
+      if (options.name == OptimizerName::sgd && options.nesterov && options.momentum <= 0.0) {
+        ctx.fail_at(entry_path, entry->source(),
+                    display(entry_path) + ": nesterov = true needs momentum > 0 (set momentum in the group or in "
+                                          "[optimizer], or nesterov = false)");
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void validate_manifest(const toml::table& root, const Context& ctx, Manifest& manifest,
+                       const PluginSearchPath& search) {
+  Validator(ctx, manifest, search).run(root);
+}
+
+}  // namespace kiln::manifest_detail
