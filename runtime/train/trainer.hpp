@@ -10,14 +10,13 @@
 #include "config/manifest.hpp"
 #include "distributed/launch_env.hpp"
 #include "plugin/loader.hpp"
+#include "train/command.hpp"
 #include "train/session.hpp"
 
 namespace kiln {
 
 class Heartbeat;
 
-enum class Command { fit, validate, test, predict };
-const char* command_name(Command command);
 
 // The plugins of a manifest, loaded and validated, nothing created yet.
 struct RunPlugins {

@@ -141,18 +141,24 @@ TEST(Resume, TwoProcessesStoppedInsideAnEpochReportTheUninterruptedEpochsMetrics
 }
 
 // A preemption (SIGTERM, voted on every 16 steps) of two processes, sent
-// once the first epoch's checkpoint is there, so it lands inside the second
-// epoch (600 steps), then --resume last: every epoch's row, the interrupted
-// one included, is the uninterrupted run's.
+// once the first epoch's checkpoint is there, so it lands inside a later
+// epoch (600 steps each: an epoch's end is one vote in 38), then --resume
+// last: every epoch's row, the interrupted one included, is the
+// uninterrupted run's.
 TEST(Resume, TwoProcessesPreemptedInsideAnEpochReportTheUninterruptedEpochsMetrics) {
   TempDir straight, interrupted;
-  const std::vector<std::string> settings{"-n", "2", "--set", "trainer.max_epochs=3", "--set",
-                                          "checkpoint.every_n_steps=0", "--set", "checkpoint.every_n_epochs=1"};
-  ASSERT_EQ(kiln_fit(probe_manifest(straight, "", 9600), settings).exit_code, 0);
+  const std::vector<std::string> settings{"-n", "2", "--set", "checkpoint.every_n_steps=0", "--set",
+                                          "checkpoint.every_n_epochs=1"};
+  auto with_epochs = [&](int64_t epochs) {
+    std::vector<std::string> out = settings;
+    out.insert(out.end(), {"--set", "trainer.max_epochs=" + std::to_string(epochs)});
+    return out;
+  };
+  // It cannot end before the signal: far more epochs than it will run.
   const auto m = probe_manifest(interrupted, "", 9600);
   const auto last = interrupted / "run" / "checkpoints" / "last.ckpt";
   std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() + "\"";
-  for (const auto& a : settings) command += " " + a;
+  for (const auto& a : with_epochs(100000)) command += " " + a;
   const int tries = static_cast<int>(120 * timeout_scale() / 0.05);
   command += " & pid=$!; n=0; while [ ! -e \"" + last.string() + "\" ] && [ $n -lt " + std::to_string(tries) +
              " ]; do sleep 0.05; n=$((n+1)); done; kill -TERM $pid; wait $pid";
@@ -160,11 +166,16 @@ TEST(Resume, TwoProcessesPreemptedInsideAnEpochReportTheUninterruptedEpochsMetri
   ASSERT_EQ(preempted.exit_code, 75) << preempted.output;
   const CheckpointMeta meta = read_meta(CheckpointFile::read(last));
   ASSERT_GT(meta.position.next_batch, 0) << "the preemption was expected inside an epoch";
-  std::vector<std::string> resume = settings;
+  // The interrupted epoch and the ones before it, both ways.
+  const int64_t epochs = meta.position.epoch + 1;
+  std::vector<std::string> resume = with_epochs(epochs);
   resume.insert(resume.end(), {"--resume", "last"});
   const ProcessResult resumed = kiln_fit(m, resume);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_EQ(metric_rows(straight), metric_rows(interrupted));
+  ASSERT_EQ(kiln_fit(probe_manifest(straight, "", 9600), with_epochs(epochs)).exit_code, 0);
+  const auto a = metric_rows(straight), b = metric_rows(interrupted);
+  ASSERT_EQ(a.size(), static_cast<size_t>(epochs));
+  EXPECT_EQ(a, b);
 }
 
 // Resumed with another number of processes, the interrupted epoch's metrics

@@ -1,0 +1,113 @@
+#include "train/run/run_checkpoints.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/optim/optimizer.h>
+
+#include "ckpt/checkpointer.hpp"
+#include "metrics/loggers.hpp"
+#include "plugin/proxies.hpp"
+#include "train/sampled_batches.hpp"
+#include "train/sampler.hpp"
+#include "util/errors.hpp"
+
+namespace kiln {
+
+RunCheckpoints::RunCheckpoints(const Manifest& manifest, const RunSettings& settings, int32_t rank, int32_t world_size,
+                               c10::Device device, Parts parts)
+    : m_(manifest), settings_(settings), rank_(rank), world_size_(world_size), device_(device), parts_(std::move(parts)) {}
+
+RunStateView RunCheckpoints::view(const TrainPosition& position) const {
+  TrainingState& s = parts_.state;
+  RunStateView view;
+  view.position = position;
+  view.manifest_text = m_.text;
+  view.monitor = m_.checkpoint.monitor;
+  view.params = &s.params;
+  view.buffers = &s.buffers;
+  view.optimizer = s.optimizer.get();
+  view.trainable = &s.trainable;
+  view.optimizer_groups = s.optimizer_groups;
+  if (!m_.checkpoint.monitor.empty()) view.monitored = parts_.metrics.latest(m_.checkpoint.monitor);
+  view.metrics_latest = parts_.metrics.export_latest();
+  view.saved_by = SavedBy{world_size_, m_.trainer.batch_size};
+  view.csv = parts_.loggers.csv_state();
+  view.loggers = parts_.loggers.states();
+  if (m_.trainer.precision == Precision::fp16_mixed) view.scaler = &s.scaler;
+  view.device = device_;
+  return view;
+}
+
+RunStateView RunCheckpoints::snapshot(const TrainPosition& position, RunMetrics::Unreduced unreduced) const {
+  RunStateView out = view(position);
+  out.metrics_pending = RunMetrics::pending_for_older_kilns(unreduced);
+  out.metrics_state = std::move(unreduced.stores);
+  out.tensor_metrics_state = std::move(unreduced.tensors);
+  for (const PluginInstance* p : parts_.plugins()) out.plugin_states[p->id()] = save_plugin_state(*p);
+  return out;
+}
+
+TrainPosition RunCheckpoints::resume(const std::filesystem::path& file, Command command) {
+  RunStateView restored = view(TrainPosition{});
+  resume_point_ = Checkpointer::restore(file, restored);
+  if (command == Command::fit) check_continuation(file, restored.position, restored.saved_by);
+  try {
+    parts_.metrics.restore(restored.metrics_latest, restored.metrics_pending,
+                           RunMetrics::Unreduced{restored.metrics_state, restored.tensor_metrics_state}, rank_,
+                           world_size_, device_);
+  } catch (const std::invalid_argument& e) {
+    throw CheckpointError(file.string() + ": its metrics cannot be read (" + e.what() + ")");
+  }
+  parts_.loggers.restore(restored.csv, restored.loggers);
+  for (const PluginInstance* p : parts_.plugins()) {
+    auto it = restored.plugin_states.find(p->id());
+    if (it != restored.plugin_states.end()) load_plugin_state(*p, it->second);
+  }
+  return restored.position;
+}
+
+// A checkpoint taken inside an epoch by a run of another world size or
+// batch size continues from the sample it reached (train/sampler.hpp), or
+// is refused here, before anything is written, where that cannot be exact.
+void RunCheckpoints::check_continuation(const std::filesystem::path& file, const TrainPosition& position,
+                                        const SavedBy& saved) {
+  const int64_t world = world_size_, batch = m_.trainer.batch_size;
+  if (saved.world_size <= 0 || saved.batch_size <= 0) return;  // an older kiln's: taken as this run's shape
+  if (saved.world_size == world && saved.batch_size == batch) return;
+  const std::string was = fmt::format("{} process{} with batch size {}", saved.world_size,
+                                      saved.world_size == 1 ? "" : "es", saved.batch_size);
+  const std::string now = fmt::format("{} process{} with batch size {}", world, world == 1 ? "" : "es", batch);
+  const int64_t steps = steps_per_epoch(world, batch), saved_steps = steps_per_epoch(saved.world_size, saved.batch_size);
+  if (position.next_batch == 0) {
+    spdlog::info("resume: the checkpoint was saved by {}, this run has {}: from epoch {} on, an epoch has {} "
+                 "optimizer steps instead of {}",
+                 was, now, position.epoch, steps, saved_steps);
+    return;
+  }
+  const std::string inside = file.string() + ": saved inside epoch " + std::to_string(position.epoch);
+  if (position.next_sample < 0) throw CheckpointError(inside + " without its sample position; resume it with " + was);
+  if (!settings_.limit_train.is_fraction || settings_.limit_train.fraction < 1.0)
+    throw CheckpointError(inside + " by " + was + "; with trainer.limit_train_batches the epoch cannot be continued "
+                          "exactly by " + now + " (resume with " + was + ", or from a checkpoint at an epoch's end)");
+  const int64_t accumulate = m_.trainer.accumulate_grad_batches;
+  if (accumulate > 1 && position.next_sample % (batch * world * accumulate) != 0)
+    throw CheckpointError(fmt::format(
+        "{} after {} samples by {}; with accumulate_grad_batches = {}, {} would straddle an optimizer step there "
+        "(resume with {}, or from a checkpoint at an epoch's end)",
+        inside, position.next_sample, was, accumulate, now, was));
+  parts_.batches.continue_epoch_saved_elsewhere(position.epoch);
+  spdlog::info("resume: the checkpoint was saved by {} inside epoch {}, this run has {}: it continues from sample "
+               "{} of the epoch's order, each of its samples trained once; an epoch has {} optimizer steps instead of "
+               "{}, so step-counted settings (max_steps, every_n_steps, per-step schedules) fall at other samples",
+               was, position.epoch, now, position.next_sample, steps, saved_steps);
+}
+
+int64_t RunCheckpoints::steps_per_epoch(int64_t world, int64_t batch) const {
+  SamplerOptions options;
+  options.batch_size = batch;
+  options.world_size = world;
+  options.drop_last = m_.trainer.drop_last;
+  const int64_t batches = settings_.limit_train.apply(batches_in_shard(options, parts_.batches.length(KILN_SPLIT_TRAIN)));
+  return (batches + m_.trainer.accumulate_grad_batches - 1) / m_.trainer.accumulate_grad_batches;
+}
+
+}  // namespace kiln

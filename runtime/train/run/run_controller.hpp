@@ -1,0 +1,57 @@
+// The run around the loops (RunControl): signals, the ranks' stop votes,
+// checkpoint commits (every rank together), the preemption report, and
+// metrics.csv's rows.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "ckpt/run_state.hpp"
+#include "train/loops/loop_parts.hpp"
+#include "train/run/run_metrics.hpp"
+#include "train/run/run_settings.hpp"
+
+namespace kiln {
+
+class Checkpointer;
+class EventFanOut;
+class Loggers;
+class ProcessGroup;
+
+class RunController final : public RunControl {
+ public:
+  // What a checkpoint at `position` holds (rank 0), with every rank's
+  // unreduced metrics gathered already.
+  using Snapshot = std::function<RunStateView(const TrainPosition& position, RunMetrics::Unreduced unreduced)>;
+
+  struct Parts {
+    ProcessGroup* group;  // null in a single process
+    Checkpointer& checkpointer;
+    RunMetrics& metrics;
+    EventFanOut& events;
+    Loggers& loggers;
+  };
+  RunController(const RunSettings& settings, Command command, const std::atomic<int>* signal, Parts parts,
+                Snapshot snapshot);
+
+  void check_signal() override;
+  Votes vote(const Votes& mine) override;
+  std::filesystem::path save_checkpoint(const TrainPosition& position) override;
+  bool checkpointing() const override { return settings_.checkpointing; }
+  [[noreturn]] void preempted(const TrainPosition& position) override;
+  void log_row(const std::map<std::string, double>& row) override;
+
+ private:
+  int pending_signal() const { return signal_ ? signal_->load() : 0; }
+
+  const RunSettings& settings_;
+  Command command_;
+  const std::atomic<int>* signal_;
+  Parts parts_;
+  Snapshot snapshot_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,447 @@
+// The session reads top-down, in the order a run happens:
+//   set-up      torch, the process group (before any plugin), the parts
+//   plugins     created, set up (prepare_data, then every rank's setup)
+//   resume      a checkpoint restored into the live run
+//   agreement   every rank runs the same thing; rank 0's weights broadcast
+//   loops       fit / validate / test / predict (train/loops)
+//   teardown    the plugin session's cleanup, whatever happened
+// A per-step feature belongs in a loop (train/loops) or in one of the parts
+// the loops call; this file only wires them (docs/architecture.md).
+#include "train/run/run_session.hpp"
+
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "ckpt/checkpointer.hpp"
+#include "device/batch_mover.hpp"
+#include "distributed/grad_sync.hpp"
+#include "distributed/heartbeat.hpp"
+#include "distributed/process_group.hpp"
+#include "metrics/loggers.hpp"
+#include "plugin/plugin_instance.hpp"
+#include "plugin/proxies.hpp"
+#include "train/loops/evaluation_loop.hpp"
+#include "train/loops/fit_loop.hpp"
+#include "train/loops/predict_loop.hpp"
+#include "train/loops/stop_condition.hpp"
+#include "train/model_parameters.hpp"
+#include "train/optim.hpp"
+#include "train/param_groups.hpp"
+#include "train/precision.hpp"
+#include "train/prediction_text.hpp"
+#include "train/progress.hpp"
+#include "train/run/event_fan_out.hpp"
+#include "train/run/plugin_services.hpp"
+#include "train/run/run_checkpoints.hpp"
+#include "train/run/run_controller.hpp"
+#include "train/run/run_metrics.hpp"
+#include "train/run/run_settings.hpp"
+#include "train/run/start_agreement.hpp"
+#include "train/sampled_batches.hpp"
+#include "util/durable_file.hpp"
+#include "util/errors.hpp"
+#include "util/process_info.hpp"
+#include "util/run_dir_lock.hpp"
+
+namespace kiln {
+
+namespace {
+
+kiln_stage stage_of(Command command) {
+  switch (command) {
+    case Command::fit: return KILN_STAGE_FIT;
+    case Command::validate: return KILN_STAGE_VALIDATE;
+    case Command::test: return KILN_STAGE_TEST;
+    case Command::predict: return KILN_STAGE_PREDICT;
+  }
+  return KILN_STAGE_FIT;
+}
+
+class Run {
+ public:
+  Run(const Manifest& manifest, Command command, const std::atomic<int>* signal, const DistEnv* dist,
+      const std::optional<std::filesystem::path>& resume, Heartbeat* heartbeat)
+      : m_(manifest),
+        command_(command),
+        signal_(signal),
+        dist_(dist && dist->world_size > 1 ? dist : nullptr),
+        resume_(resume),
+        heartbeat_(heartbeat),
+        activity_(heartbeat ? heartbeat->activity() : nullptr),
+        settings_(RunSettings::of(manifest, command, dist_ != nullptr)),
+        device_(manifest.run.device),
+        progress_(Progress::mode_from(manifest.trainer.progress), manifest.trainer.log_every_n_steps),
+        loggers_(manifest.logging.loggers, manifest.run.dir),
+        events_(loggers_),
+        stop_(settings_.max_epochs, settings_.max_steps, settings_.vote_every_n_steps, settings_.max_seconds) {}
+
+  RunOutcome execute(RunPlugins plugins) {
+    configure_torch();
+    join_process_group();
+    build_parts();
+    create_plugins(std::move(plugins));
+    // Seeded right before create, so model initialisation is reproducible.
+    torch::manual_seed(m_.run.seed);
+    phase("plugin set-up");
+    RunOutcome outcome;
+    const bool local_zero = !dist_ || dist_->local_rank == 0;
+    outcome.failure = session_->run(
+        stage_of(command_), /*prepare_data=*/local_zero, [&] { if (group_) group_->barrier(); }, [&] { body(); });
+    context_.reset();
+    outcome.metrics = metrics_->latest();
+    outcome.calls_abandoned = session_->data().calls_in_flight() > 0;
+    // The plugins go now, while the process group and the parts they
+    // reached are still there.
+    batches_.reset();
+    callbacks_.reset();
+    autocast_steps_.reset();
+    model_.reset();
+    session_.reset();
+    return outcome;
+  }
+
+ private:
+  int32_t rank() const { return group_ ? group_->rank() : 0; }
+  int32_t world_size() const { return group_ ? group_->world_size() : 1; }
+  void phase(const char* name) {
+    if (heartbeat_) heartbeat_->phase(name);
+  }
+
+  // --- set-up ---------------------------------------------------------------------
+  void configure_torch() {
+    const int threads = m_.run.threads > 0 ? m_.run.threads : static_cast<int>(std::thread::hardware_concurrency());
+    at::set_num_threads(threads);
+    if (m_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+    make_current(device_);  // before NCCL and any plugin allocate on "the" GPU
+    spdlog::info("kiln {} {}: device {}, precision {}, {} intra-op threads, BLAS {}, run dir {}", KILN_VERSION,
+                 command_name(command_), device_.str(), option_name(m_.trainer.precision), at::get_num_threads(),
+                 mapped_blas(), m_.run.dir.string());
+  }
+
+  // The process group exists before any plugin: no plugin code can run
+  // before every rank has arrived, or launch anything itself. A signal ends
+  // any wait at once (a preemption notice excepted: it is voted on at the
+  // next step boundary, where the checkpoint is taken).
+  void join_process_group() {
+    phase("rendezvous");
+    if (!dist_) return;
+    group_ = std::make_unique<ProcessGroup>(*dist_, m_.distributed, m_.run.device,
+                                            [this] { return signal_ending_waits(); });
+    spdlog::info("rank {}/{} joined the process group ({} launch; gradients over {})", rank(), world_size(),
+                 dist_->launcher, group_->gradient_transport());
+  }
+  // The signal that ends a collective's wait at once, or "" (none, or a
+  // preemption notice).
+  std::string signal_ending_waits() const {
+    const int s = signal_ ? signal_->load() : 0;
+    if (s == 0 || (s == settings_.preempt_signal && command_ == Command::fit)) return "";
+    return signal_name(s);
+  }
+
+  void build_parts() {
+    metrics_.emplace(group_.get());
+    checkpointer_.emplace(m_.checkpoint, rank(), [this](bool ok) {
+      if (!group_) return ok;
+      at::Tensor failed = at::tensor({ok ? 0.0 : 1.0}, at::kDouble);
+      group_->all_reduce_sum(failed);
+      return failed.item<double>() == 0;
+    });
+    control_.emplace(settings_, command_, signal_,
+                     RunController::Parts{group_.get(), *checkpointer_, *metrics_, events_, loggers_},
+                     [this](const TrainPosition& at, RunMetrics::Unreduced unreduced) {
+                       return checkpoints_->snapshot(at, std::move(unreduced));
+                     });
+    services_.emplace(*metrics_, stop_, rank(), world_size());
+  }
+
+  void create_plugins(RunPlugins plugins) {
+    std::vector<std::unique_ptr<PluginInstance>> callbacks;
+    for (size_t i = 0; i < plugins.callbacks.size(); ++i)
+      callbacks.push_back(std::make_unique<PluginInstance>(std::move(plugins.callbacks[i]),
+                                                           m_.callbacks[i].config_toml, &*services_));
+    auto data = std::make_unique<PluginInstance>(std::move(plugins.data), m_.data.config_toml, &*services_);
+    auto model = std::make_unique<PluginInstance>(std::move(plugins.model), m_.model.config_toml, &*services_);
+    session_.emplace(std::move(callbacks), std::move(data), std::move(model), rank());
+  }
+
+  // --- between the plugins' setup and teardown ---------------------------------------
+  void body() {
+    phase(command_name(command_));
+    spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s", seconds_since_start());
+    wire_loops();
+    collect_parameters();
+    // validate / test / predict evaluate a checkpoint's weights when given
+    // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().
+    if (command_ != Command::fit) {
+      if (resume_) checkpoints_->resume(*resume_, command_);
+      agree();
+      open_run_dir();
+    }
+    switch (command_) {
+      case Command::fit: fit(); break;
+      case Command::validate: evaluate(KILN_SPLIT_VAL); break;
+      case Command::test: evaluate(KILN_SPLIT_TEST); break;
+      case Command::predict: predict(); break;
+    }
+  }
+
+  void wire_loops() {
+    model_.emplace(session_->model(), activity_);
+    callbacks_.emplace(session_->callbacks(), activity_);
+    events_.set_callbacks(&*callbacks_);
+    SamplingSettings sampling;
+    sampling.seed = m_.run.seed;
+    sampling.drop_last = m_.trainer.drop_last;
+    sampling.rank = rank();
+    sampling.world_size = world_size();
+    sampling.prefetch = m_.trainer.prefetch;
+    sampling.prefetch_threads = m_.trainer.prefetch_threads;
+    sampling.prefetch_depth = m_.trainer.prefetch_depth;
+    batches_.emplace(DataModuleProxy(session_->data(), activity_), sampling, device_);
+    // Mixed precision: the model's steps under autocast; the plugin is unchanged.
+    StepModel* steps = &*model_;
+    if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
+    context_.reset(new LoopContext{*steps, *batches_, events_, *metrics_, progress_, *control_});
+    context_->rank = rank();
+    context_->world_size = world_size();
+    context_->max_epochs = settings_.max_epochs;
+    context_->max_steps = settings_.max_steps;
+    checkpoints_.emplace(m_, settings_, rank(), world_size(), device_,
+                         RunCheckpoints::Parts{state_, *metrics_, loggers_, *batches_, [this] { return all_plugins(); }});
+  }
+
+  // Parameters and buffers, placed on the run's device in place, so that the
+  // plugin's module sees the same tensors the optimizer steps.
+  void collect_parameters() {
+    ModelProxy::Tensors tensors = model_->parameters();
+    if (tensors.params.empty() && command_ == Command::fit)
+      throw HookError(model_->id(), "model", "parameters", "the model has no parameters to train");
+    for (auto* list : {&tensors.params, &tensors.buffers})
+      for (auto& [name, tensor] : *list)
+        if (tensor.device() != device_) tensor.set_data(tensor.to(device_));
+    state_.params = std::move(tensors.params);
+    state_.buffers = std::move(tensors.buffers);
+    state_.trainable.clear();
+    state_.trainable_names.clear();
+    int64_t count = 0;
+    for (auto& [name, tensor] : state_.params) {
+      if (tensor.requires_grad()) {
+        state_.trainable.push_back(tensor);
+        state_.trainable_names.push_back(name);
+      }
+      count += tensor.numel();
+    }
+    spdlog::info("model '{}': {} parameter tensors ({} values), {} buffers", model_->id(), state_.params.size(), count,
+                 state_.buffers.size());
+    if (command_ == Command::fit)
+      for (const std::string& line : model_summary(parameter_infos(state_.params))) spdlog::info("  {}", line);
+    if (spdlog::should_log(spdlog::level::debug)) {
+      // A like-for-like marker: bench/ compares it with a hand-written loop.
+      double sum = 0;
+      for (auto& [name, tensor] : state_.params) sum += tensor.sum().item<double>();
+      spdlog::debug("initial parameter sum {:.6f}", sum);
+    }
+  }
+
+  // --- agreement ---------------------------------------------------------------------
+  // Called after any resume, so the weights compared and then broadcast from
+  // rank 0 are the resumed ones. A no-op in a single process.
+  void agree() {
+    if (!group_) return;
+    phase("start-up agreement");
+    std::string lengths;
+    for (kiln_split split : splits_used())
+      lengths += fmt::format("{} split length {}\n", split_name(split), batches_->length(split));
+    agree_on_start(*group_, StartFacts{m_.text, all_plugins(), checkpoints_->resume_point(), lengths}, state_);
+    phase(command_name(command_));
+  }
+
+  // The splits this command reads (their lengths must agree across ranks).
+  std::vector<kiln_split> splits_used() const {
+    switch (command_) {
+      case Command::fit: {
+        std::vector<kiln_split> out{KILN_SPLIT_TRAIN};
+        if (model_->has_step(KILN_SPLIT_VAL)) out.push_back(KILN_SPLIT_VAL);
+        if (m_.trainer.test_after_fit && model_->has_step(KILN_SPLIT_TEST)) out.push_back(KILN_SPLIT_TEST);
+        return out;
+      }
+      case Command::validate: return {KILN_SPLIT_VAL};
+      case Command::test: return {KILN_SPLIT_TEST};
+      case Command::predict: return {KILN_SPLIT_PREDICT};
+    }
+    return {};
+  }
+
+  // Only now — every plugin created and set up, any checkpoint restored, the
+  // ranks agreed — is anything written: a refused config, a checkpoint of
+  // another model or a disagreement (exit 2 or 1) leaves the disk as it was.
+  void open_run_dir() {
+    // One run directory, one run: rank 0 locks a directory it creates now,
+    // unless this run's top process already holds it (util/run_dir_lock.hpp).
+    if (rank() == 0)
+      create_and_lock_run_dir(m_.run.dir);
+    else
+      std::filesystem::create_directories(m_.run.dir);
+    if (rank() == 0) loggers_.open();
+    if (settings_.checkpointing) checkpointer_->open();
+  }
+
+  // --- loops -------------------------------------------------------------------------
+  FitSettings fit_settings() const {
+    const auto& t = m_.trainer;
+    FitSettings settings;
+    settings.training.spec = EpochSpec{t.shuffle, t.batch_size, settings_.limit_train};
+    settings.training.accumulate_grad_batches = t.accumulate_grad_batches;
+    settings.training.gradient_clip_val = t.gradient_clip_val;
+    settings.training.clip_by_value = t.gradient_clip_algorithm == GradientClipAlgorithm::value;
+    settings.training.checkpoint_every_n_steps = settings_.checkpointing ? m_.checkpoint.every_n_steps : 0;
+    settings.val = EpochSpec{false, settings_.eval_batch_size, settings_.limit_val};
+    settings.check_val_every_n_epoch = t.check_val_every_n_epoch;
+    if (t.fast_dev_run == 0) settings.val_check_interval = t.val_check_interval;
+    settings.test_after_fit = t.test_after_fit;
+    settings.test = EpochSpec{false, settings_.eval_batch_size, settings_.limit_test};
+    settings.checkpoint_every_n_epochs = settings_.checkpointing ? m_.checkpoint.every_n_epochs : 0;
+    return settings;
+  }
+
+  // The learning-rate schedule over the run's periods (steps or epochs).
+  LrSchedule schedule_for(const std::vector<ParamGroup>& groups, const FitSettings& settings) {
+    const auto& t = m_.trainer;
+    const int64_t train_batches = batches_->batches_per_epoch(KILN_SPLIT_TRAIN, settings.training.spec);
+    const int64_t steps_per_epoch = (train_batches + t.accumulate_grad_batches - 1) / t.accumulate_grad_batches;
+    const int64_t epochs = std::max<int64_t>(settings_.max_epochs, 1);
+    const bool per_step = m_.scheduler.interval == SchedulerInterval::step;
+    const int64_t total_periods =
+        per_step ? (settings_.max_steps > 0 ? settings_.max_steps : steps_per_epoch * epochs) : epochs;
+    std::vector<double> base_lrs;
+    for (const ParamGroup& g : groups) base_lrs.push_back(g.options.lr);
+    return LrSchedule(m_.scheduler, base_lrs, total_periods);
+  }
+
+  void fit() {
+    const std::vector<ParamGroup> groups = plan_optimizer_groups();
+    state_.optimizer = make_optimizer(m_.optimizer, groups, state_.trainable);
+    if (rank() == 0)  // only rank 0 logs
+      metrics_->attach_monitors(&events_.start_monitors(m_.trainer.log_every_n_steps, world_size(), *state_.optimizer));
+    const FitSettings settings = fit_settings();
+    if (batches_->length(KILN_SPLIT_TRAIN) == 0)
+      batches_->refuse_empty(KILN_SPLIT_TRAIN, "the train split is empty; `kiln fit` needs samples");
+    const LrSchedule schedule = schedule_for(groups, settings);
+    TrainPosition start;
+    if (resume_) start = checkpoints_->resume(*resume_, command_);
+    agree();
+    open_run_dir();
+    if (group_)
+      grad_sync_ = std::make_unique<GradSync>(*group_, state_.trainable, state_.trainable_names,
+                                              m_.distributed.gradient_compression);
+    std::optional<GradScaler> scaler;
+    if (m_.trainer.precision == Precision::fp16_mixed) scaler.emplace(state_.scaler);
+    FitLoop loop(*context_, settings,
+                 Optimization{*state_.optimizer, schedule, state_.trainable, grad_sync_.get(), scaler ? &*scaler : nullptr},
+                 stop_);
+    // What a user waits for on every run (bench/README.md, "Start-up").
+    spdlog::debug("start-up: first training step at {:.2f} s since the process started", seconds_since_start());
+    loop.run(start);
+    if (group_ && spdlog::should_log(spdlog::level::debug))
+      if (const std::string stats = group_->gradient_stats(); !stats.empty()) spdlog::debug("{}", stats);
+    if (scaler)
+      spdlog::info("16-mixed: {} optimizer steps skipped for inf/NaN gradients; loss scale now {}",
+                   state_.scaler.skipped, state_.scaler.scale);
+  }
+
+  // [[optimizer.groups]] over the model's parameter names; the description
+  // goes into every checkpoint (a resumed run must have the same groups).
+  std::vector<ParamGroup> plan_optimizer_groups() {
+    std::vector<std::string> names;
+    std::vector<bool> trained;
+    for (const auto& [name, tensor] : state_.params) {
+      names.push_back(name);
+      trained.push_back(tensor.requires_grad());
+    }
+    std::vector<ParamGroup> groups = plan_param_groups(m_.optimizer, names, trained, model_->id());
+    state_.optimizer_groups = describe_param_groups(groups, state_.trainable_names);
+    if (!m_.optimizer.groups.empty())
+      for (const ParamGroup& g : groups)
+        spdlog::info("parameter group {}: {} tensors, lr {}", g.label, g.members.size(), g.options.lr);
+    return groups;
+  }
+
+  void evaluate(kiln_split split) {
+    const BatchLimit& limit = split == KILN_SPLIT_VAL ? settings_.limit_val : settings_.limit_test;
+    EvaluationLoop(*context_, split, EpochSpec{false, settings_.eval_batch_size, limit}, /*standalone=*/true).run();
+  }
+
+  void predict() {
+    const std::vector<at::Tensor> outputs =
+        PredictLoop(*context_, EpochSpec{false, settings_.eval_batch_size, m_.trainer.limit_predict_batches}).run();
+    if (rank() != 0) return;  // predict is not sharded: rank 0 writes the whole split
+    const at::Tensor all = at::cat(outputs).cpu();  // readable by torch.load on any machine
+    // Made before anything is written: outputs that are not bytes refuse the
+    // run with nothing on disk.
+    const std::optional<std::string> text =
+        m_.trainer.predictions_text ? std::optional<std::string>(prediction_text(all)) : std::nullopt;
+    const std::vector<char> bytes = torch::pickle_save(all);
+    const auto file = m_.run.dir / "predictions.pt";
+    write_file_durably(file, std::string_view(bytes.data(), bytes.size()));
+    spdlog::info("predict: {} rows written to {} (load with torch.load)", all.size(0), file.string());
+    if (text) {
+      const auto text_file = m_.run.dir / "predictions.txt";
+      write_file_durably(text_file, *text);
+      spdlog::info("predict: the rows as text in {}", text_file.string());
+    }
+  }
+
+  std::vector<const PluginInstance*> all_plugins() {
+    std::vector<const PluginInstance*> out;
+    for (const auto& c : session_->callbacks()) out.push_back(c.get());
+    out.push_back(&session_->data());
+    out.push_back(&session_->model());
+    return out;
+  }
+
+  // What the run is: the manifest, the command, its place among the ranks.
+  const Manifest& m_;
+  const Command command_;
+  const std::atomic<int>* signal_;
+  const DistEnv* dist_;  // nullptr unless world size > 1
+  const std::optional<std::filesystem::path> resume_;
+  Heartbeat* heartbeat_;  // may be null
+  Activity* activity_;    // may be null
+  const RunSettings settings_;
+  const at::Device device_;
+  // The parts the loops and the plugins call.
+  Progress progress_;
+  Loggers loggers_;  // rank 0 writes
+  EventFanOut events_;
+  StopCondition stop_;
+  std::unique_ptr<ProcessGroup> group_;
+  std::optional<RunMetrics> metrics_;
+  std::optional<Checkpointer> checkpointer_;
+  std::optional<RunController> control_;
+  std::optional<PluginServices> services_;
+  std::optional<RunCheckpoints> checkpoints_;
+  // The plugins, through their proxies, and what the loops read.
+  std::optional<Session> session_;
+  std::optional<ModelProxy> model_;
+  std::optional<AutocastSteps> autocast_steps_;  // mixed precision: model_ under autocast
+  std::optional<CallbackSet> callbacks_;
+  std::optional<SampledBatches> batches_;
+  std::unique_ptr<LoopContext> context_;
+  // The model's training state.
+  TrainingState state_;
+  std::unique_ptr<GradSync> grad_sync_;
+};
+
+}  // namespace
+
+RunOutcome run_session(const Manifest& manifest, Command command, RunPlugins plugins, const std::atomic<int>* signal,
+                       const DistEnv* dist, const std::optional<std::filesystem::path>& resume, Heartbeat* heartbeat) {
+  Run run(manifest, command, signal, dist, resume, heartbeat);
+  return run.execute(std::move(plugins));
+}
+
+}  // namespace kiln
