@@ -170,7 +170,13 @@ struct FakeControl final : RunControl {
     save_checkpoint(p);
     throw RunAborted(KILN_FAILURE_PREEMPTED, "preempted");
   }
-  void log_row(const std::map<std::string, double>& row) override { rows.push_back(row); }
+  // Kept as metrics.csv has it: the epoch and step as columns.
+  void log_row(const LogRow& row) override {
+    std::map<std::string, double> columns = row.metrics;
+    columns["epoch"] = static_cast<double>(row.epoch);
+    columns["step"] = static_cast<double>(row.step);
+    rows.push_back(columns);
+  }
 };
 
 inline std::string text(const TrainPosition& p) {

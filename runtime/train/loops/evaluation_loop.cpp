@@ -41,12 +41,7 @@ std::map<std::string, double> EvaluationLoop::run(int64_t epoch) {
   auto metrics = c.metrics.reduce();
   if (standalone_ || !is_val) spdlog::info("{}:{}", split_name(split_), format_metrics(metrics));
   c.events.notify(is_val ? Event::validation_end : Event::test_end, c.progress_at(stage, epoch, -1));
-  if (standalone_) {
-    auto row = metrics;
-    row["epoch"] = 0;
-    row["step"] = static_cast<double>(c.global_step);
-    c.control.log_row(row);
-  }
+  if (standalone_) c.control.log_row(LogRow{LogRow::Kind::epoch, 0, c.global_step, metrics});
   return metrics;
 }
 

@@ -14,7 +14,8 @@ FitLoop::FitLoop(LoopContext& context, const FitSettings& settings, Optimization
       settings_(settings),
       optimization_(optimization),
       stop_(stop),
-      epoch_loop_(context, settings.training, optimization, stop) {}
+      policy_(context.control, stop, settings.training.checkpoint_every_n_steps, settings.checkpoint_every_n_epochs),
+      epoch_loop_(context, settings.training, optimization, stop, policy_) {}
 
 void FitLoop::run(const TrainPosition& start) {
   LoopContext& c = context_;
@@ -22,66 +23,58 @@ void FitLoop::run(const TrainPosition& start) {
   position_ = start;
   c.global_step = start.global_step;
   schedule.apply(optimization_.optimizer, schedule.per_step() ? c.global_step : start.epoch);
-  const bool validates = c.model.has_step(KILN_SPLIT_VAL) && settings_.check_val_every_n_epoch > 0 &&
-                         c.data.length(KILN_SPLIT_VAL) > 0;
+  validates_ = c.model.has_step(KILN_SPLIT_VAL) && settings_.check_val_every_n_epoch > 0 &&
+               c.data.length(KILN_SPLIT_VAL) > 0;
   c.events.notify(Event::fit_start, c.progress_at(KILN_STAGE_FIT, 0, -1));
   stop_.start_clock();
-  TrainingEpochLoop::MidEpochValidation mid_epoch{settings_.val_check_interval,
-                                                  [this](int64_t e, int64_t b) { validate_mid_epoch(e, b); }};
-
   int64_t epoch = start.epoch;
   while (!stop_.before_epoch(epoch)) {
-    c.events.notify(Event::train_epoch_start, c.progress_at(KILN_STAGE_FIT, epoch, -1));
-    const auto started = std::chrono::steady_clock::now();
-    const bool validating_epoch = validates && (epoch + 1) % settings_.check_val_every_n_epoch == 0;
-    const auto result =
-        epoch_loop_.run(epoch, epoch == start.epoch ? first_sample(start) : 0, validating_epoch ? &mid_epoch : nullptr);
-    // After the metrics are read back: on a GPU that copy waits for the
-    // epoch's queued work, so the time is the device's, not the launches'.
-    std::map<std::string, double> row = c.metrics.reduce();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    if (validating_epoch)
-      for (auto& [name, value] : EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch)) row[name] = value;
-    c.events.notify(Event::train_epoch_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
-    spdlog::info("epoch {}{}{}  ({:.2f} s, {:.0f} samples/s)", epoch,
-                 c.max_epochs > 0 ? fmt::format("/{}", c.max_epochs - 1) : "", format_metrics(row), seconds,
-                 static_cast<double>(result.samples) / seconds);
-    row["epoch"] = static_cast<double>(epoch);
-    row["step"] = static_cast<double>(c.global_step);
-    row["epoch_seconds"] = seconds;
-    c.control.log_row(row);
-
-    if (!schedule.per_step()) schedule.apply(optimization_.optimizer, epoch + 1);
-    // An epoch cut short (max_steps, a stop) resumes where it stopped.
-    position_ = result.next_batch < result.batches
-                    ? TrainPosition{epoch, result.next_batch, c.global_step, result.next_sample}
-                    : TrainPosition{epoch + 1, 0, c.global_step, 0};
-    // Epoch checkpoints are for complete epochs; a cut-short epoch is covered
-    // by the step policy (or a preemption), whose checkpoint also carries the
-    // epoch's partial metrics, so a resumed epoch reports exactly.
-    bool saved = false;
-    if (settings_.checkpoint_every_n_epochs > 0 && position_.next_batch == 0 &&
-        (epoch + 1) % settings_.checkpoint_every_n_epochs == 0) {
-      c.control.save_checkpoint(position_);
-      saved = true;
-    }
+    const bool stops = run_epoch(epoch, epoch == start.epoch ? first_sample(start) : 0);
     ++epoch;
-    const auto stop = stop_.after_epoch(c.control, epoch, c.global_step);
-    if (stop == StopReason::preempted) c.control.preempted(position_);
-    // Out of time at the epoch's end (a stop inside it saved there).
-    if (stop == StopReason::max_time && !result.stopped && !saved && c.control.checkpointing())
-      c.control.save_checkpoint(position_);
-    if (stop) break;
+    if (stops) break;
   }
   c.events.notify(Event::fit_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
   spdlog::info("fit done: {} epochs, {} steps ({})", epoch, c.global_step, stop_.describe());
+  if (settings_.test_after_fit && c.model.has_step(KILN_SPLIT_TEST)) test_after_fit(epoch);
+}
 
-  if (settings_.test_after_fit && c.model.has_step(KILN_SPLIT_TEST)) {
-    auto metrics = EvaluationLoop(c, KILN_SPLIT_TEST, settings_.test, false).run(epoch);
-    metrics["epoch"] = static_cast<double>(epoch - 1);
-    metrics["step"] = static_cast<double>(c.global_step);
-    c.control.log_row(metrics);
-  }
+bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
+  LoopContext& c = context_;
+  c.events.notify(Event::train_epoch_start, c.progress_at(KILN_STAGE_FIT, epoch, -1));
+  const auto started = std::chrono::steady_clock::now();
+  const bool validating_epoch = validates_ && (epoch + 1) % settings_.check_val_every_n_epoch == 0;
+  TrainingEpochLoop::MidEpochValidation mid_epoch{settings_.val_check_interval,
+                                                  [this](int64_t e, int64_t b) { validate_mid_epoch(e, b); }};
+  const auto result = epoch_loop_.run(epoch, first_sample, validating_epoch ? &mid_epoch : nullptr);
+  // After the metrics are read back: on a GPU that copy waits for the
+  // epoch's queued work, so the time is the device's, not the launches'.
+  LogRow row{LogRow::Kind::epoch, epoch, 0, c.metrics.reduce()};
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (validating_epoch)
+    for (auto& [name, value] : EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch))
+      row.metrics[name] = value;
+  c.events.notify(Event::train_epoch_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
+  spdlog::info("epoch {}{}{}  ({:.2f} s, {:.0f} samples/s)", epoch,
+               c.max_epochs > 0 ? fmt::format("/{}", c.max_epochs - 1) : "", format_metrics(row.metrics), seconds,
+               static_cast<double>(result.samples) / seconds);
+  row.step = c.global_step;
+  row.metrics["epoch_seconds"] = seconds;
+  c.control.log_row(row);
+
+  const LrSchedule& schedule = optimization_.schedule;
+  if (!schedule.per_step()) schedule.apply(optimization_.optimizer, epoch + 1);
+  // An epoch cut short (max_steps, a stop) resumes where it stopped.
+  position_ = result.next_batch < result.batches
+                  ? TrainPosition{epoch, result.next_batch, c.global_step, result.next_sample}
+                  : TrainPosition{epoch + 1, 0, c.global_step, 0};
+  return policy_.after_epoch(epoch + 1, position_, result.stopped).has_value();
+}
+
+void FitLoop::test_after_fit(int64_t epochs) {
+  LoopContext& c = context_;
+  LogRow row{LogRow::Kind::epoch, epochs - 1, c.global_step,
+             EvaluationLoop(c, KILN_SPLIT_TEST, settings_.test, false).run(epochs)};
+  c.control.log_row(row);
 }
 
 // A position without a sample count (a checkpoint from an older kiln) was
@@ -97,9 +90,7 @@ void FitLoop::validate_mid_epoch(int64_t epoch, int64_t batch) {
   std::map<std::string, double> row = EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch);
   c.metrics.take_back();
   spdlog::info("epoch {} batch {} (step {}){}", epoch, batch, c.global_step, format_metrics(row));
-  row["epoch"] = static_cast<double>(epoch);
-  row["step"] = static_cast<double>(c.global_step);
-  c.control.log_row(row);
+  c.control.log_row(LogRow{LogRow::Kind::epoch, epoch, c.global_step, std::move(row)});
 }
 
 }  // namespace kiln

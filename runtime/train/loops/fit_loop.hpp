@@ -5,6 +5,7 @@
 // checkpoint saves.
 #pragma once
 
+#include "train/loops/checkpoint_policy.hpp"
 #include "train/loops/evaluation_loop.hpp"
 #include "train/loops/loop_parts.hpp"
 #include "train/loops/stop_condition.hpp"
@@ -34,8 +35,12 @@ class FitLoop {
   TrainPosition position() const { return position_; }
 
  private:
+  // One epoch: its training (and validations inside it), its row, then the
+  // checkpoint policy and the stop condition. Whether the fit stops.
+  bool run_epoch(int64_t epoch, int64_t first_sample);
   // A validation inside the epoch, after `batch`: its own metrics row.
   void validate_mid_epoch(int64_t epoch, int64_t batch);
+  void test_after_fit(int64_t epochs);
   // Where in its epoch's sample order `start` continues.
   int64_t first_sample(const TrainPosition& start) const;
 
@@ -43,8 +48,10 @@ class FitLoop {
   FitSettings settings_;
   Optimization optimization_;
   StopCondition& stop_;
+  CheckpointPolicy policy_;
   TrainingEpochLoop epoch_loop_;
   TrainPosition position_;
+  bool validates_ = false;  // the model validates and there is a val split
 };
 
 }  // namespace kiln

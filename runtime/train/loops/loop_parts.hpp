@@ -15,6 +15,7 @@
 #include "ckpt/checkpoint_meta.hpp"
 #include "config/manifest.hpp"
 #include "kiln/abi.h"
+#include "metrics/logger.hpp"
 #include "plugin/host_services.hpp"
 
 namespace kiln {
@@ -129,8 +130,8 @@ class RunControl {
   // A preemption: commits a checkpoint at `position`, then ends the run
   // (throws RunAborted, KILN_FAILURE_PREEMPTED; exit 75).
   [[noreturn]] virtual void preempted(const TrainPosition& position) = 0;
-  // One row of metrics.csv (written by rank 0 only).
-  virtual void log_row(const std::map<std::string, double>& row) = 0;
+  // One row of metrics.csv and the other loggers (written by rank 0 only).
+  virtual void log_row(const LogRow& row) = 0;
 };
 
 // The state the loops share.

@@ -25,8 +25,8 @@ int64_t batch_rows(const kiln_batch& batch) {
 }  // namespace
 
 TrainingEpochLoop::TrainingEpochLoop(LoopContext& context, const TrainingSettings& settings,
-                                     Optimization optimization, StopCondition& stop)
-    : context_(context), settings_(settings), optimization_(optimization), stop_(stop) {}
+                                     Optimization optimization, StopCondition& stop, CheckpointPolicy& policy)
+    : context_(context), settings_(settings), optimization_(optimization), stop_(stop), policy_(policy) {}
 
 void TrainingEpochLoop::backward(const at::Tensor& loss, bool sync) {
   GradSync* grad_sync = optimization_.grad_sync;
@@ -84,10 +84,42 @@ void TrainingEpochLoop::clip_gradients() {
   for (auto& g : grads) g.mul_(factor);
 }
 
+at::Tensor TrainingEpochLoop::train_batch(BatchPtr batch, int64_t index, bool boundary) {
+  LoopContext& c = context_;
+  const int64_t accumulate = settings_.accumulate_grad_batches;
+  if (optimization_.grad_sync) optimization_.grad_sync->before_forward();
+  at::Tensor loss = c.model.training_step(*batch, index);
+  // Detached once: the metrics, the monitors and the progress display all
+  // keep this one (the graph is not kept alive by any of them).
+  const at::Tensor shown = loss.detach();
+  // Recorded as a tensor: read back only at log points (no sync per step).
+  c.metrics.record_loss(shown, static_cast<double>(batch_rows(*batch)));
+  at::Tensor for_backward = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
+  if (optimization_.scaler) for_backward = optimization_.scaler->scale(for_backward);
+  loss = at::Tensor();
+  batch.reset();
+  backward(for_backward, /*sync=*/boundary);
+  return shown;
+}
+
+void TrainingEpochLoop::optimizer_step() {
+  LoopContext& c = context_;
+  if (GradScaler* scaler = optimization_.scaler) {
+    scaler->unscale(optimization_.trainable);
+    clip_gradients();
+    if (scaler->step_and_update()) optimization_.optimizer.step();  // skipped: inf/NaN gradients (counted)
+  } else {
+    clip_gradients();
+    optimization_.optimizer.step();
+  }
+  clear_gradients();
+  ++c.global_step;
+  if (optimization_.schedule.per_step()) optimization_.schedule.apply(optimization_.optimizer, c.global_step);
+}
+
 TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sample,
                                                  const MidEpochValidation* validation) {
   LoopContext& c = context_;
-  auto& optimizer = optimization_.optimizer;
   const bool single_process = c.world_size <= 1;
   std::unique_ptr<BatchStream> batches = c.data.open(KILN_SPLIT_TRAIN, settings_.spec, epoch, first_sample);
   const int64_t first_batch = batches->first_batch();
@@ -96,7 +128,6 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
   // trained after batch b (what a checkpoint records).
   const int64_t samples_per_batch = settings_.spec.batch_size * std::max<int64_t>(c.world_size, 1);
   auto samples_after = [&](int64_t b) { return first_sample + (b + 1 - first_batch) * samples_per_batch; };
-  const int64_t accumulate = settings_.accumulate_grad_batches;
   Result result;
   result.batches = n;
   // Batches between validations: a fraction counts the whole epoch's
@@ -112,57 +143,20 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
   for (; b < n; ++b) {
     if (single_process) c.control.check_signal();  // distributed: agreed on at the votes
     BatchPtr batch = batches->next();
-    const int64_t rows = batch_rows(*batch);
-    result.samples += rows * c.world_size;
-    const bool boundary = (b + 1) % accumulate == 0 || b + 1 == n;
-
-    if (optimization_.grad_sync) optimization_.grad_sync->before_forward();
-    at::Tensor loss = c.model.training_step(*batch, b);
-    // Detached once: the metrics, the monitors and the progress display all
-    // keep this one (the graph is not kept alive by any of them).
-    const at::Tensor shown = loss.detach();
-    // Recorded as a tensor: read back only at log points (no sync per step).
-    c.metrics.record_loss(shown, static_cast<double>(rows));
-    at::Tensor for_backward = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
-    if (optimization_.scaler) for_backward = optimization_.scaler->scale(for_backward);
-    backward(for_backward, /*sync=*/boundary);
-    for_backward = at::Tensor();
-    loss = at::Tensor();
-    batch.reset();
-
-    std::optional<StopReason> stop;
+    result.samples += batch_rows(*batch) * c.world_size;
+    const bool boundary = (b + 1) % settings_.accumulate_grad_batches == 0 || b + 1 == n;
+    const at::Tensor shown = train_batch(std::move(batch), b, boundary);
     if (boundary) {
-      if (GradScaler* scaler = optimization_.scaler) {
-        scaler->unscale(optimization_.trainable);
-        clip_gradients();
-        if (scaler->step_and_update()) optimizer.step();  // skipped: inf/NaN gradients (counted)
-      } else {
-        clip_gradients();
-        optimizer.step();
-      }
-      clear_gradients();
-      ++c.global_step;
-      if (optimization_.schedule.per_step()) optimization_.schedule.apply(optimizer, c.global_step);
+      optimizer_step();
       c.events.notify(Event::train_batch_end, c.progress_at(KILN_STAGE_FIT, epoch, b));
     }
     c.progress.step(b, [&shown] { return shown.item<double>(); });
     // Before the step's checkpoint, so a checkpoint monitoring a validation
     // metric ranks by this validation (Lightning's order too).
     if (val_every > 0 && val_every < n && (b + 1) % val_every == 0 && b + 1 < n) validation->validate(epoch, b);
-    if (boundary) {
-      const TrainPosition here{epoch, b + 1, c.global_step, samples_after(b)};
-      bool saved = false;
-      if (settings_.checkpoint_every_n_steps > 0 && c.global_step % settings_.checkpoint_every_n_steps == 0) {
-        c.control.save_checkpoint(here);
-        saved = true;
-      }
-      stop = stop_.after_step(c.control, c.global_step);
-      if (stop == StopReason::preempted) c.control.preempted(here);
-      // Out of time: the run can go on from here with --resume last.
-      if (stop == StopReason::max_time && !saved && c.control.checkpointing()) c.control.save_checkpoint(here);
-    } else {
-      stop = stop_.between_steps(single_process);
-    }
+    const std::optional<StopReason> stop =
+        boundary ? policy_.after_step(TrainPosition{epoch, b + 1, c.global_step, samples_after(b)})
+                 : stop_.between_steps(single_process);
     if (stop) {
       result.stopped = true;
       ++b;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "train/loops/checkpoint_policy.hpp"
 #include "train/loops/loop_parts.hpp"
 #include "train/loops/stop_condition.hpp"
 
@@ -42,7 +43,7 @@ struct Optimization {
 class TrainingEpochLoop {
  public:
   TrainingEpochLoop(LoopContext& context, const TrainingSettings& settings, Optimization optimization,
-                    StopCondition& stop);
+                    StopCondition& stop, CheckpointPolicy& policy);
 
   struct Result {
     int64_t next_batch = 0;  // the batch a resumed run would run next
@@ -62,6 +63,10 @@ class TrainingEpochLoop {
   Result run(int64_t epoch, int64_t first_sample, const MidEpochValidation* validation = nullptr);
 
  private:
+  // One batch: forward, backward and, at an accumulation boundary, the
+  // optimizer step. Returns the loss, detached.
+  at::Tensor train_batch(BatchPtr batch, int64_t index, bool boundary);
+  void optimizer_step();
   void backward(const at::Tensor& loss, bool sync);
   void clip_gradients();
   void clear_gradients();
@@ -70,6 +75,7 @@ class TrainingEpochLoop {
   TrainingSettings settings_;
   Optimization optimization_;
   StopCondition& stop_;
+  CheckpointPolicy& policy_;
 };
 
 }  // namespace kiln

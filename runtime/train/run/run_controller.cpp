@@ -75,14 +75,9 @@ void RunController::preempted(const TrainPosition& position) {
                    by + "; checkpoint committed: " + file.string() + " (continue with --resume last)");
 }
 
-void RunController::log_row(const std::map<std::string, double>& row) {
+void RunController::log_row(const LogRow& row) {
   if (parts_.group && parts_.group->rank() != 0) return;
-  LogRow out;
-  for (const auto& [name, value] : row) {
-    if (name == "epoch") out.epoch = static_cast<int64_t>(value);
-    else if (name == "step") out.step = static_cast<int64_t>(value);
-    else out.metrics[name] = value;
-  }
+  LogRow out = row;
   // The training epoch's monitors (taken at train_epoch_end, just before).
   out.metrics.merge(parts_.events.take_epoch_monitors());
   parts_.loggers.log(out);

@@ -42,7 +42,7 @@ class RunController final : public RunControl {
   std::filesystem::path save_checkpoint(const TrainPosition& position) override;
   bool checkpointing() const override { return settings_.checkpointing; }
   [[noreturn]] void preempted(const TrainPosition& position) override;
-  void log_row(const std::map<std::string, double>& row) override;
+  void log_row(const LogRow& row) override;
 
  private:
   int pending_signal() const { return signal_ ? signal_->load() : 0; }

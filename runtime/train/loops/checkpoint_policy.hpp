@@ -1,0 +1,37 @@
+// When a fit saves a checkpoint, for both loops, in one order: on the
+// schedule (every n steps; every n complete epochs), then the ranks' stop
+// vote; a preemption commits one and ends the run; a run out of time
+// commits one where it stops (unless the schedule just did), so that
+// `--resume last` continues exactly there.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "train/loops/loop_parts.hpp"
+#include "train/loops/stop_condition.hpp"
+
+namespace kiln {
+
+class CheckpointPolicy {
+ public:
+  // 0: no checkpoints on that schedule.
+  CheckpointPolicy(RunControl& control, StopCondition& stop, int64_t every_n_steps, int64_t every_n_epochs)
+      : control_(control), stop_(stop), every_n_steps_(every_n_steps), every_n_epochs_(every_n_epochs) {}
+
+  // After an optimizer step; `here` is where a resumed run would continue.
+  std::optional<StopReason> after_step(const TrainPosition& here);
+  // After an epoch (`epochs_done` complete); `next` is where the run
+  // continues, `cut_short` whether a stop ended the epoch early (that stop
+  // saved already, where the epoch stopped).
+  std::optional<StopReason> after_epoch(int64_t epochs_done, const TrainPosition& next, bool cut_short);
+
+ private:
+  std::optional<StopReason> settle(std::optional<StopReason> stop, const TrainPosition& at, bool saved);
+
+  RunControl& control_;
+  StopCondition& stop_;
+  int64_t every_n_steps_, every_n_epochs_;
+};
+
+}  // namespace kiln
