@@ -1,5 +1,10 @@
 #include "train/session.hpp"
 
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
 #include <spdlog/spdlog.h>
 
 #include "util/errors.hpp"
@@ -24,6 +29,22 @@ std::vector<PluginInstance*> Session::cleanup_order() {
   order.push_back(model_.get());
   order.push_back(data_.get());
   return order;
+}
+
+std::string Session::interrupting_signal() const {
+  if (!interruption_) return "";
+  std::string by = interruption_();
+  // The signal reached this process too (the supervisor sends it to every
+  // rank at once) but its watcher thread has not taken it yet: a moment.
+  sigset_t pending;
+  for (int i = 0; by.empty() && i < 100 && ::sigpending(&pending) == 0 &&
+                  (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1 ||
+                   sigismember(&pending, SIGUSR1) == 1);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    by = interruption_();
+  }
+  return by;
 }
 
 Failure Session::classify(std::exception_ptr error) const {
@@ -55,6 +76,11 @@ Failure Session::classify(std::exception_ptr error) const {
     f.reason = KILN_FAILURE_PEER_FAILED;
     f.message = e.what();
     f.report = std::string("kiln failed") + on_rank + ": " + e.what();
+    if (const std::string by = interrupting_signal(); !by.empty()) {
+      f.reason = KILN_FAILURE_INTERRUPTED;
+      f.message = "interrupted by " + by;
+      f.report = f.message + on_rank + " (" + e.what() + ")";
+    }
   } catch (const RunAborted& e) {
     f.reason = e.reason();
     f.message = e.what();
@@ -68,6 +94,11 @@ Failure Session::classify(std::exception_ptr error) const {
     f.reason = transport ? KILN_FAILURE_PEER_FAILED : KILN_FAILURE_HOST_ERROR;
     f.message = text;
     f.report = std::string("kiln failed") + on_rank + ": " + text;
+    if (const std::string by = transport ? interrupting_signal() : ""; !by.empty()) {
+      f.reason = KILN_FAILURE_INTERRUPTED;
+      f.message = "interrupted by " + by;
+      f.report = f.message + on_rank + " (" + text + ")";
+    }
   } catch (...) {
     f.message = "unknown exception";
     f.report = "kiln failed" + on_rank + ": unknown exception";

@@ -58,12 +58,19 @@ class Session {
   std::optional<Failure> run(kiln_stage stage, bool prepare_data, const std::function<void()>& after_prepare,
                              const std::function<void()>& body);
 
+  // The signal interrupting this process ("" when none): a rank whose run
+  // fails because a peer left while it is itself being interrupted (its peer
+  // acted on the same signal first) reports an interruption, not a peer
+  // failure (docs/checkpoints.md, "Preemption").
+  void interrupted_by(std::function<std::string()> interruption) { interruption_ = std::move(interruption); }
+
   PluginInstance& model() { return *model_; }
   PluginInstance& data() { return *data_; }
   const std::vector<std::unique_ptr<PluginInstance>>& callbacks() const { return callbacks_; }
 
  private:
   Failure classify(std::exception_ptr error) const;
+  std::string interrupting_signal() const;
   void cleanup(kiln_stage stage, const Failure& failure);
   // Creation order; cleanup order (callbacks, model, data module).
   std::vector<PluginInstance*> creation_order();
@@ -73,6 +80,7 @@ class Session {
   std::unique_ptr<PluginInstance> data_;
   std::unique_ptr<PluginInstance> model_;
   int32_t rank_;
+  std::function<std::string()> interruption_;
 };
 
 }  // namespace kiln

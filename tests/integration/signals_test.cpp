@@ -89,7 +89,7 @@ TEST_P(Signals, AreToldApart) {
     const std::string at = c.processes > 1 ? "@" + std::to_string(r) : "";
     // A rank stopped before it created its plugins has no hook to tell.
     if (calls.find("model" + at + ":create") == std::string::npos) continue;
-    EXPECT_NE(calls.find("model" + at + ":failure=" + kind), std::string::npos) << "rank " << r << "\n" << calls;
+    EXPECT_NE(calls.find("model" + at + ":failure=" + kind), std::string::npos) << "rank " << r << "\n" << calls << output;
   }
   // The final line: what happened, and, when preempted, the checkpoint.
   if (!preempted) {

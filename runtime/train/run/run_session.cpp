@@ -166,6 +166,7 @@ class Run {
     auto data = std::make_unique<PluginInstance>(std::move(plugins.data), m_.data.config_toml, &*services_);
     auto model = std::make_unique<PluginInstance>(std::move(plugins.model), m_.model.config_toml, &*services_);
     session_.emplace(std::move(callbacks), std::move(data), std::move(model), rank());
+    session_->interrupted_by([this] { return signal_ending_waits(); });
   }
 
   // --- between the plugins' setup and teardown ---------------------------------------
