@@ -125,6 +125,71 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
   return kiln::kExitOk;
 }
 
+// The checkpoint --resume (or --ckpt) names, resolved: a file, `last` or `best`.
+std::optional<std::filesystem::path> resume_checkpoint(const std::string& resume, const kiln::Manifest& manifest) {
+  if (resume.empty()) return std::nullopt;
+  std::filesystem::path file = kiln::resolve_resume(
+      resume, manifest.checkpoint.dir, kiln::RetentionPolicy{manifest.checkpoint.monitor, manifest.checkpoint.mode, 1});
+  spdlog::debug("start-up: --resume {} resolved to {} at {:.2f} s", resume, file.string(), kiln::seconds_since_start());
+  return file;
+}
+
+// Several processes on this machine: kiln's supervisor starts the workers
+// (each runs this command line again, as a launched rank) and watches them.
+int supervise_workers(const kiln::Manifest& manifest, const std::vector<std::string>& argv, bool run_dir_locked,
+                      const std::atomic<int>* signal) {
+  kiln::SupervisorOptions options;
+  options.processes = static_cast<int>(manifest.distributed.processes);
+  options.argv = argv;
+  options.master_addr = manifest.distributed.master_addr;
+  options.master_port = static_cast<int>(manifest.distributed.master_port);
+  if (run_dir_locked) options.env.emplace_back(kiln::kRunDirLockedVariable, "1");
+  // A worker blocked on a stopped peer fails its collective after the
+  // timeout; a stopped worker itself is caught by its silent heartbeat.
+  // A beat comes every second from a thread of its own, so only a stopped or
+  // frozen process misses them: half the collective timeout (2-10 s) lets
+  // the supervisor name it before its peers' collectives time out.
+  const double beat_s = std::clamp(manifest.distributed.timeout_s / 2, 2.0, 10.0);
+  options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(beat_s * 1000));
+  // Until its first beat a worker is starting (exec, LibTorch's libraries):
+  // bounded by the same timeout as the rendezvous that follows.
+  options.startup_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(std::max(manifest.distributed.timeout_s, 10.0) * 1000));
+  const kiln::SupervisorResult result = kiln::supervise(options, signal);
+  if (result.exit_code == kiln::kExitPreempted)
+    std::cerr << "kiln: " << result.report << std::endl;
+  else if (result.exit_code != 0)
+    std::cerr << "kiln: error: " << result.report << std::endl;
+  return result.exit_code;
+}
+
+// The exit code of a run that has ended, its failure (if any) reported.
+int finish_run(const kiln::RunOutcome& outcome, kiln::Heartbeat& heartbeat) {
+  if (!outcome.failure) return kiln::kExitOk;
+  const bool preempted = outcome.failure->reason == KILN_FAILURE_PREEMPTED;
+  std::cerr << (preempted ? "kiln: " : "kiln: error: ") << outcome.failure->report << std::endl;
+  // An interruption is the supervisor's own SIGTERM, or a signal the
+  // supervisor saw too: never the cause it reports.
+  heartbeat.report_failure(outcome.failure->reason != KILN_FAILURE_PEER_FAILED &&
+                               outcome.failure->reason != KILN_FAILURE_INTERRUPTED,
+                           outcome.failure->report);
+  int code = outcome.failure->bad_input ? kiln::kExitBadInput : kiln::kExitFailure;
+  if (outcome.failure->reason == KILN_FAILURE_INTERRUPTED) code = kiln::kExitInterrupted;
+  if (outcome.failure->reason == KILN_FAILURE_PREEMPTED) code = kiln::kExitPreempted;
+  if (outcome.calls_abandoned) {
+    // A get_batch still runs in plugin code: exit without running static
+    // destructors (LibTorch's, the loader's) under it.
+    std::cout.flush();
+    std::cerr.flush();
+    spdlog::shutdown();
+    std::fflush(nullptr);
+    ::_exit(code);
+  }
+  return code;
+}
+
+// fit, validate, test or predict: the manifest and plugins loaded and
+// checked, then the run, in this process or under kiln's supervisor.
 int run_command(kiln::Command command, const std::string& manifest_file, std::vector<std::string> overrides,
                 int processes, const std::string& resume, const std::vector<std::string>& argv,
                 const std::atomic<int>* signal, kiln::Heartbeat& heartbeat, double main_reached_s) {
@@ -147,13 +212,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   // line is the trainer's): bench/README.md, "Start-up".
   spdlog::debug("start-up: main() reached at {:.2f} s (LibTorch's libraries loaded and initialised), "
                 "manifest and plugins loaded at {:.2f} s", main_reached_s, kiln::seconds_since_start());
-  std::optional<std::filesystem::path> resume_file;
-  if (!resume.empty()) {
-    resume_file = kiln::resolve_resume(resume, manifest.checkpoint.dir,
-                                       kiln::RetentionPolicy{manifest.checkpoint.monitor, manifest.checkpoint.mode, 1});
-    spdlog::debug("start-up: --resume {} resolved to {} at {:.2f} s", resume, resume_file->string(),
-                  kiln::seconds_since_start());
-  }
+  const std::optional<std::filesystem::path> resume_file = resume_checkpoint(resume, manifest);
 
   // The device, decided before any worker starts or anything is written: a
   // supervisor checks for all its ranks (each then takes its own), a
@@ -161,31 +220,7 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   manifest.run.device = kiln::choose_device(
       manifest.run.device, manifest.trainer.precision, manifest.distributed.backend, launched ? launched->local_rank : 0,
       launched ? launched->local_world_size : manifest.distributed.processes, kiln::cuda_facts(), manifest.file.string());
-  if (!launched && manifest.distributed.processes > 1) {
-    kiln::SupervisorOptions options;
-    options.processes = static_cast<int>(manifest.distributed.processes);
-    options.argv = argv;
-    options.master_addr = manifest.distributed.master_addr;
-    options.master_port = static_cast<int>(manifest.distributed.master_port);
-    if (run_dir_locked) options.env.emplace_back(kiln::kRunDirLockedVariable, "1");
-    // A worker blocked on a stopped peer fails its collective after the
-    // timeout; a stopped worker itself is caught by its silent heartbeat.
-    // A beat comes every second from a thread of its own, so only a stopped or
-    // frozen process misses them: half the collective timeout (2-10 s) lets
-    // the supervisor name it before its peers' collectives time out.
-    const double beat_s = std::clamp(manifest.distributed.timeout_s / 2, 2.0, 10.0);
-    options.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(beat_s * 1000));
-    // Until its first beat a worker is starting (exec, LibTorch's libraries):
-    // bounded by the same timeout as the rendezvous that follows.
-    options.startup_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(std::max(manifest.distributed.timeout_s, 10.0) * 1000));
-    const kiln::SupervisorResult result = kiln::supervise(options, signal);
-    if (result.exit_code == kiln::kExitPreempted)
-      std::cerr << "kiln: " << result.report << std::endl;
-    else if (result.exit_code != 0)
-      std::cerr << "kiln: error: " << result.report << std::endl;
-    return result.exit_code;
-  }
+  if (!launched && manifest.distributed.processes > 1) return supervise_workers(manifest, argv, run_dir_locked, signal);
   if (launched && launched->world_size > 1) {
     // Lightning prints from rank 0; other ranks say only what is wrong.
     spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launched->rank));
@@ -193,27 +228,136 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   }
   const kiln::RunOutcome outcome = kiln::run(manifest, command, std::move(plugins), signal,
                                              launched ? &*launched : nullptr, resume_file, &heartbeat);
-  if (!outcome.failure) return kiln::kExitOk;
-  const bool preempted = outcome.failure->reason == KILN_FAILURE_PREEMPTED;
-  std::cerr << (preempted ? "kiln: " : "kiln: error: ") << outcome.failure->report << std::endl;
-  // An interruption is the supervisor's own SIGTERM, or a signal the
-  // supervisor saw too: never the cause it reports.
-  heartbeat.report_failure(outcome.failure->reason != KILN_FAILURE_PEER_FAILED &&
-                               outcome.failure->reason != KILN_FAILURE_INTERRUPTED,
-                           outcome.failure->report);
-  int code = outcome.failure->bad_input ? kiln::kExitBadInput : kiln::kExitFailure;
-  if (outcome.failure->reason == KILN_FAILURE_INTERRUPTED) code = kiln::kExitInterrupted;
-  if (outcome.failure->reason == KILN_FAILURE_PREEMPTED) code = kiln::kExitPreempted;
-  if (outcome.calls_abandoned) {
-    // A get_batch still runs in plugin code: exit without running static
-    // destructors (LibTorch's, the loader's) under it.
-    std::cout.flush();
-    std::cerr.flush();
-    spdlog::shutdown();
-    std::fflush(nullptr);
-    ::_exit(code);
+  return finish_run(outcome, heartbeat);
+}
+
+// The command line: the subcommands, and the values their options fill.
+struct CommandLine {
+  CLI::App app{"kiln — a training runtime for LibTorch plugins", "kiln"};
+  std::string log_level = "info";
+  // fit, validate, test and predict
+  std::vector<std::pair<CLI::App*, kiln::Command>> commands;
+  std::string manifest;
+  std::vector<std::string> overrides;
+  int processes = 0;
+  std::string resume;
+  // inspect
+  CLI::App* inspect_cmd = nullptr;
+  std::string target;
+  // export
+  CLI::App* export_cmd = nullptr;
+  kiln::ExportRequest export_request;
+  std::string export_checkpoint, export_output;
+  // manifest-reference
+  CLI::App* reference_cmd = nullptr;
+
+  CommandLine() {
+    app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION + " (ABI " +
+                                          std::to_string(KILN_ABI_VERSION_MAJOR) + "." +
+                                          std::to_string(KILN_ABI_VERSION_MINOR) + ", LibTorch " +
+                                          kiln::host_torch_version() + ")");
+    app.require_subcommand(1);
+    app.add_option("--log-level", log_level, "debug, info, warn or error")
+        ->check(CLI::IsMember(kiln::option_names<kiln::LogLevel>()));
+    add_run_commands();
+    add_inspect();
+    add_export();
+    reference_cmd = app.add_subcommand(
+        "manifest-reference", "print the reference of every manifest key (docs/manifest.md) as Markdown");
   }
-  return code;
+  CommandLine(const CommandLine&) = delete;
+  CommandLine& operator=(const CommandLine&) = delete;
+
+ private:
+  void add_run_commands() {
+    struct Spec {
+      const char* name;
+      const char* help;
+      kiln::Command command;
+    };
+    const Spec specs[] = {
+        {"fit", "train (and validate) the model of a manifest", kiln::Command::fit},
+        {"validate", "run the validation split once", kiln::Command::validate},
+        {"test", "run the test split once", kiln::Command::test},
+        {"predict", "write predictions of the predict split to <run dir>/predictions.pt", kiln::Command::predict},
+    };
+    for (const Spec& s : specs) {
+      CLI::App* sub = app.add_subcommand(s.name, s.help);
+      sub->add_option("manifest", manifest, "the run's TOML manifest")->required();
+      sub->add_option("--set", overrides, "override a manifest key, e.g. --set trainer.max_epochs=3")
+          ->take_all()
+          ->allow_extra_args(false);
+      sub->add_option("--processes,-n", processes,
+                      "start this many worker processes on this machine (overrides distributed.processes)")
+          ->check(CLI::Range(1, 4096));
+      if (s.command == kiln::Command::fit)
+        sub->add_option("--resume", resume, "continue from a checkpoint: a file, `last` or `best`");
+      else
+        sub->add_option("--ckpt", resume, "evaluate the weights of a checkpoint: a file, `last` or `best`");
+      commands.emplace_back(sub, s.command);
+    }
+  }
+
+  void add_inspect() {
+    inspect_cmd =
+        app.add_subcommand("inspect", "describe a manifest's plugins, a plugin .so, or check a checkpoint (.ckpt)");
+    inspect_cmd->add_option("target", target, "a manifest (.toml), a plugin shared object or a checkpoint (.ckpt)")
+        ->required();
+    inspect_cmd->add_option("--set", overrides, "override a manifest key")->allow_extra_args(false);
+  }
+
+  void add_export() {
+    export_cmd = app.add_subcommand(
+        "export", "write a checkpoint's model weights for other tools: safetensors, or a torch.load-able .pt dict");
+    export_cmd->add_option("checkpoint", export_checkpoint, "the checkpoint (.ckpt)")->required();
+    export_cmd
+        ->add_option("--format", export_request.format, "safetensors (default) or pt")
+        ->transform(CLI::CheckedTransformer(
+            std::map<std::string, kiln::ExportFormat>{{"safetensors", kiln::ExportFormat::safetensors},
+                                                      {"pt", kiln::ExportFormat::pt}}));
+    export_cmd->add_option("-o,--output", export_output,
+                           "the file to write (default: the checkpoint's name with .safetensors or .pt, beside it)");
+    export_cmd->add_flag("--force", export_request.overwrite, "replace the output file if it exists");
+  }
+};
+
+// A command line CLI11 refused (or --help, --version): kiln's one line.
+int command_line_error(const CLI::ParseError& e, CommandLine& cli, int argc, char** argv) {
+  if (e.get_exit_code() == 0) return cli.app.exit(e);  // --help, --version
+  // Bad command lines get kiln's one line too, naming what was wrong.
+  std::string what = kiln::one_line(e.what());
+  if (argc > 1 && argv[1][0] != '-' && cli.app.get_subcommands().empty())
+    what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, export, manifest-reference)";
+  std::cerr << "kiln: error: " << what << " (see kiln --help)" << std::endl;
+  return kiln::kExitBadInput;
+}
+
+int export_command(CommandLine& cli) {
+  cli.export_request.checkpoint = cli.export_checkpoint;
+  if (!cli.export_output.empty()) cli.export_request.output = cli.export_output;
+  const kiln::ExportResult result = kiln::export_weights(cli.export_request);
+  std::cout << "exported " << result.tensors << " tensors (" << result.bytes << " bytes) to "
+            << result.file.string() << "\n";
+  return kiln::kExitOk;
+}
+
+// The command the line names, run. Throws what the command throws.
+int run_parsed(CommandLine& cli, const std::vector<std::string>& argv, kiln::SignalWatcher& signals,
+               kiln::Heartbeat& heartbeat, double main_reached_s) {
+  if (cli.inspect_cmd->parsed()) return inspect(cli.target, cli.overrides);
+  if (cli.export_cmd->parsed()) return export_command(cli);
+  if (cli.reference_cmd->parsed()) {
+    std::cout << kiln::manifest_reference_markdown() << std::flush;
+    return kiln::kExitOk;
+  }
+  for (const auto& [sub, command] : cli.commands)
+    if (sub->parsed()) {
+      const int code = run_command(command, cli.manifest, cli.overrides, cli.processes, cli.resume, argv,
+                                   signals.signal(), heartbeat, main_reached_s);
+      if (code == kiln::kExitOk) heartbeat.done();
+      return code;
+    }
+  return kiln::kExitBadInput;
 }
 
 }  // namespace
@@ -238,81 +382,13 @@ static int kiln_main(int argc, char** argv, double main_reached_s) {
   // A worker of kiln's supervisor beats from here on: loading LibTorch's
   // libraries is over, loading plugins (possibly slow) is not yet begun.
   kiln::Heartbeat heartbeat;
-  CLI::App app{"kiln — a training runtime for LibTorch plugins", "kiln"};
-  app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION + " (ABI " +
-                                        std::to_string(KILN_ABI_VERSION_MAJOR) + "." +
-                                        std::to_string(KILN_ABI_VERSION_MINOR) + ", LibTorch " +
-                                        kiln::host_torch_version() + ")");
-  app.require_subcommand(1);
-  std::string log_level = "info";
-  app.add_option("--log-level", log_level, "debug, info, warn or error")
-      ->check(CLI::IsMember(kiln::option_names<kiln::LogLevel>()));
-
-  std::string manifest;
-  std::vector<std::string> overrides;
-  int processes = 0;
-  std::string resume;
-  struct Spec {
-    const char* name;
-    const char* help;
-    kiln::Command command;
-  };
-  const Spec specs[] = {
-      {"fit", "train (and validate) the model of a manifest", kiln::Command::fit},
-      {"validate", "run the validation split once", kiln::Command::validate},
-      {"test", "run the test split once", kiln::Command::test},
-      {"predict", "write predictions of the predict split to <run dir>/predictions.pt", kiln::Command::predict},
-  };
-  std::vector<std::pair<CLI::App*, kiln::Command>> commands;
-  for (const Spec& s : specs) {
-    CLI::App* sub = app.add_subcommand(s.name, s.help);
-    sub->add_option("manifest", manifest, "the run's TOML manifest")->required();
-    sub->add_option("--set", overrides, "override a manifest key, e.g. --set trainer.max_epochs=3")
-        ->take_all()
-        ->allow_extra_args(false);
-    sub->add_option("--processes,-n", processes,
-                    "start this many worker processes on this machine (overrides distributed.processes)")
-        ->check(CLI::Range(1, 4096));
-    if (s.command == kiln::Command::fit)
-      sub->add_option("--resume", resume, "continue from a checkpoint: a file, `last` or `best`");
-    else
-      sub->add_option("--ckpt", resume, "evaluate the weights of a checkpoint: a file, `last` or `best`");
-    commands.emplace_back(sub, s.command);
-  }
-  std::string target;
-  CLI::App* inspect_cmd =
-      app.add_subcommand("inspect", "describe a manifest's plugins, a plugin .so, or check a checkpoint (.ckpt)");
-  inspect_cmd->add_option("target", target, "a manifest (.toml), a plugin shared object or a checkpoint (.ckpt)")
-      ->required();
-  inspect_cmd->add_option("--set", overrides, "override a manifest key")->allow_extra_args(false);
-  kiln::ExportRequest export_request;
-  std::string export_checkpoint, export_output;
-  CLI::App* export_cmd = app.add_subcommand(
-      "export", "write a checkpoint's model weights for other tools: safetensors, or a torch.load-able .pt dict");
-  export_cmd->add_option("checkpoint", export_checkpoint, "the checkpoint (.ckpt)")->required();
-  export_cmd
-      ->add_option("--format", export_request.format, "safetensors (default) or pt")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, kiln::ExportFormat>{{"safetensors", kiln::ExportFormat::safetensors},
-                                                    {"pt", kiln::ExportFormat::pt}}));
-  export_cmd->add_option("-o,--output", export_output,
-                         "the file to write (default: the checkpoint's name with .safetensors or .pt, beside it)");
-  export_cmd->add_flag("--force", export_request.overwrite, "replace the output file if it exists");
-  CLI::App* reference_cmd = app.add_subcommand(
-      "manifest-reference", "print the reference of every manifest key (docs/manifest.md) as Markdown");
-
+  CommandLine cli;
   try {
-    app.parse(argc, argv);
+    cli.app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    // Bad command lines get kiln's one line too, naming what was wrong.
-    std::string what = kiln::one_line(e.what());
-    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty())
-      what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, export, manifest-reference)";
-    std::cerr << "kiln: error: " << what << " (see kiln --help)" << std::endl;
-    return kiln::kExitBadInput;
+    return command_line_error(e, cli, argc, argv);
   }
-  configure_logging(log_level);
+  configure_logging(cli.log_level);
 
   // Failures before the plugin session (the manifest, plugin loading, the
   // rendezvous) reach the supervisor the same way as those inside it.
@@ -324,27 +400,7 @@ static int kiln_main(int argc, char** argv, double main_reached_s) {
     return code;
   };
   try {
-    if (inspect_cmd->parsed()) return inspect(target, overrides);
-    if (export_cmd->parsed()) {
-      export_request.checkpoint = export_checkpoint;
-      if (!export_output.empty()) export_request.output = export_output;
-      const kiln::ExportResult result = kiln::export_weights(export_request);
-      std::cout << "exported " << result.tensors << " tensors (" << result.bytes << " bytes) to "
-                << result.file.string() << "\n";
-      return kiln::kExitOk;
-    }
-    if (reference_cmd->parsed()) {
-      std::cout << kiln::manifest_reference_markdown() << std::flush;
-      return kiln::kExitOk;
-    }
-    for (const auto& [sub, command] : commands)
-      if (sub->parsed()) {
-        const int code = run_command(command, manifest, overrides, processes, resume,
-                                     std::vector<std::string>(argv, argv + argc), signals.signal(), heartbeat,
-                                     main_reached_s);
-        if (code == kiln::kExitOk) heartbeat.done();
-        return code;
-      }
+    return run_parsed(cli, std::vector<std::string>(argv, argv + argc), signals, heartbeat, main_reached_s);
   } catch (const kiln::InputError& e) {
     return failed(e, true, kiln::kExitBadInput);
   } catch (const kiln::PeerFailure& e) {
@@ -356,7 +412,6 @@ static int kiln_main(int argc, char** argv, double main_reached_s) {
   } catch (const std::exception& e) {
     return failed(e, true, kiln::kExitFailure);
   }
-  return kiln::kExitBadInput;
 }
 
 // Sanitizer builds end the normal way: LeakSanitizer reports from an exit handler.
