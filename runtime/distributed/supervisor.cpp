@@ -169,190 +169,262 @@ pid_t spawn(const SupervisorOptions& options, int rank, int port, const std::str
   ::_exit(127);
 }
 
+std::string who(const Worker& w) {
+  return "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") ";
+}
+
+// One run of the workers: what the supervisor knows of each, the failures it
+// saw, and whether it is stopping them.
+class Supervision {
+ public:
+  Supervision(const SupervisorOptions& options, const std::atomic<int>* signal)
+      : options_(options), signal_(signal), workers_(options.processes), fds_(workers_.size()) {}
+
+  void start(int port, const std::string& run_id);
+  bool any_running() const { return running_ > 0; }
+  void step();
+  SupervisorResult outcome() const;
+
+ private:
+  void read_heartbeats(Clock::time_point now);
+  void reap(Clock::time_point now);
+  void on_ended(Worker& w, int status, Clock::time_point now);
+  void on_exited_zero(Worker& w);
+  void on_preempted(const Worker& w);
+  void on_killed(Worker& w);
+  void on_failed(Worker& w, int status, int code);
+  void take_signal();
+  void check_liveness(Clock::time_point now);
+  void stop_all(const std::string& why, int forward = SIGTERM);
+  void fail(Worker& w, const std::string& cause, int code, bool root);
+  void kill_now(Worker& w);
+
+  const SupervisorOptions& options_;
+  const std::atomic<int>* signal_;
+  std::vector<Worker> workers_;
+  std::vector<pollfd> fds_;
+  std::vector<Observed> failures_;
+  // The workers' reports when they were preempted: rank 0's names the
+  // checkpoint it committed, so it is the one told, whichever rank ends first.
+  std::string preempted_;
+  int preempted_rank_ = -1;
+  bool stopping_ = false;
+  Clock::time_point kill_at_{};
+  int running_ = 0;
+};
+
+void Supervision::start(int port, const std::string& run_id) {
+  for (int r = 0; r < options_.processes; ++r) {
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    // The write end must survive exec in the child only.
+    ::fcntl(pipe_fds[1], F_SETFD, 0);
+    Worker& w = workers_[r];
+    w.rank = r;
+    w.pid = spawn(options_, r, port, run_id, pipe_fds[1]);
+    ::close(pipe_fds[1]);
+    ::fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
+    w.heartbeat = pipe_fds[0];
+    w.spawned = w.last_beat = Clock::now();
+    w.running = true;
+  }
+  running_ = options_.processes;
+}
+
+// One turn of the watch: what the workers said, who ended, then the signal,
+// the timeouts or, once stopping, the grace period.
+void Supervision::step() {
+  for (size_t i = 0; i < workers_.size(); ++i)
+    fds_[i] = pollfd{workers_[i].running ? workers_[i].heartbeat : -1, POLLIN, 0};
+  ::poll(fds_.data(), fds_.size(), 50);
+  const auto now = Clock::now();
+  read_heartbeats(now);
+  reap(now);
+  if (stopping_) {
+    if (now >= kill_at_)
+      for (auto& w : workers_)
+        if (w.running && !w.killed) kill_now(w);
+    return;
+  }
+  take_signal();
+  check_liveness(now);
+}
+
+void Supervision::read_heartbeats(Clock::time_point now) {
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!workers_[i].running || !(fds_[i].revents & (POLLIN | POLLHUP))) continue;
+    char buffer[4096];
+    take_bytes(workers_[i], buffer, ::read(workers_[i].heartbeat, buffer, sizeof buffer), now);
+  }
+}
+
+// Deaths by a signal come first within one sweep: a killed rank is the
+// cause, the peers that then failed their collective are the effect.
+void Supervision::reap(Clock::time_point now) {
+  std::vector<std::pair<Worker*, int>> ended;
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    for (auto& w : workers_)
+      if (w.pid == pid && w.running) ended.emplace_back(&w, status);
+  }
+  std::stable_sort(ended.begin(), ended.end(),
+                   [](const auto& a, const auto& b) { return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second); });
+  for (auto& [w, status] : ended) on_ended(*w, status, now);
+}
+
+void Supervision::on_ended(Worker& w, int status, Clock::time_point now) {
+  drain(w, now);  // what the worker wrote last (its failure line, "@done")
+  w.running = false;
+  --running_;
+  ::close(w.heartbeat);
+  const bool exited = WIFEXITED(status);
+  const int code = exited ? WEXITSTATUS(status) : -1;
+  if (exited && code == 0) return on_exited_zero(w);
+  if (exited && code == kPreemptedExit) return on_preempted(w);
+  if (w.accounted) return;  // already reported (hung, stopped responding, never started)
+  if (w.killed) return on_killed(w);
+  if (w.terminated && exited && code == 130) {
+    spdlog::debug("rank {} stopped as asked", w.rank);
+    return;
+  }
+  on_failed(w, status, exited && code == 2 ? 2 : 1);
+}
+
+// Finished, or told to stop and did: neither is a failure. Anything else
+// that exits 0 left the others waiting for it.
+void Supervision::on_exited_zero(Worker& w) {
+  if (w.done || w.terminated) return;
+  fail(w, "exited early with code 0 during " + w.phase + ", without finishing the run, while other ranks " +
+              "were still running (did a plugin call exit()?)", 1, true);
+}
+
+// Every rank agreed and a checkpoint was committed: not a failure.
+void Supervision::on_preempted(const Worker& w) {
+  if (preempted_rank_ >= 0 && w.rank >= preempted_rank_) return;
+  preempted_rank_ = w.rank;
+  preempted_ = w.has_report ? w.report : "preempted; rank " + std::to_string(w.rank) +
+                                             " reported no checkpoint committed";
+}
+
+// The supervisor's SIGKILL after SIGTERM went unanswered: the cause is where
+// the worker was stuck, when it said so.
+void Supervision::on_killed(Worker& w) {
+  if (!w.busy_hook.empty()) {
+    fail(w, "hung in " + w.busy_hook + " (no progress for " + std::to_string(w.busy_seconds) +
+                " s; it did not stop after SIGTERM and was killed)", 1, true);
+    return;
+  }
+  failures_.push_back({w.rank, who(w) + "did not stop within " +
+                                   std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.grace).count()) +
+                                   " s of SIGTERM and was killed", 1, false});
+}
+
+void Supervision::on_failed(Worker& w, int status, int code) {
+  std::string cause = describe_status(status);
+  if (w.has_report)
+    cause += ": " + w.report;
+  else if (!w.busy_hook.empty())
+    cause += " in " + w.busy_hook;
+  else
+    cause += " during " + w.phase + " (it reported no cause; see its output above)";
+  const bool root = !w.has_report || w.report_root;
+  if (stopping_ && !root) {
+    spdlog::debug("rank {} {}", w.rank, cause);
+    return;
+  }
+  fail(w, cause, code, root);
+}
+
+void Supervision::take_signal() {
+  const int s = signal_ ? signal_->load() : 0;
+  if (!s) return;
+  const std::string why = std::string("interrupted by SIG") + sigabbrev_np(s);
+  failures_.push_back({-1, why, 130, true});
+  stop_all(why, s);
+}
+
+void Supervision::check_liveness(Clock::time_point now) {
+  for (auto& w : workers_) {
+    if (!w.running || w.accounted) continue;
+    if (!w.alive_seen && now - w.spawned > options_.startup_timeout) {
+      kill_now(w);
+      fail(w, "did not start within " + std::to_string(seconds_between(w.spawned, now)) +
+                  " s (no sign of life since it was launched)", 1, true);
+    } else if (w.alive_seen && now - w.last_beat > options_.heartbeat_timeout) {
+      // A stopped process ignores SIGTERM until continued: SIGKILL it.
+      kill_now(w);
+      fail(w, "stopped responding during " + w.phase + " (no heartbeat for " +
+                  std::to_string(seconds_between(w.last_beat, now)) + " s: stopped or frozen)", 1, true);
+    }
+  }
+}
+
+// `forward` is the signal the workers get: SIGTERM on a failure, else the
+// very signal the supervisor received (SIGINT interrupts; the preemption
+// signal lets the workers checkpoint): each rank tells them apart as a
+// single process does.
+void Supervision::stop_all(const std::string& why, int forward) {
+  if (stopping_) return;
+  stopping_ = true;
+  kill_at_ = Clock::now() + options_.grace;
+  spdlog::warn("{}; stopping the workers (SIG{}, SIGKILL after {} s)", why, sigabbrev_np(forward),
+               std::chrono::duration<double>(options_.grace).count());
+  for (auto& w : workers_)
+    if (w.running) {
+      w.terminated = true;
+      ::kill(w.pid, forward);
+    }
+}
+
+void Supervision::fail(Worker& w, const std::string& cause, int code, bool root) {
+  w.accounted = true;
+  failures_.push_back({w.rank, who(w) + cause, code, root});
+  stop_all("rank " + std::to_string(w.rank) + " " + cause);
+}
+
+// The supervisor's own kill: the cause is what made it necessary.
+void Supervision::kill_now(Worker& w) {
+  w.killed = true;
+  ::kill(w.pid, SIGKILL);
+}
+
+SupervisorResult Supervision::outcome() const {
+  SupervisorResult result;
+  // Preempted workers and no failure but the signal that caused it: the run
+  // was preempted, not failed.
+  const bool only_signal = std::all_of(failures_.begin(), failures_.end(), [](const Observed& f) { return f.rank < 0; });
+  if (preempted_rank_ >= 0 && only_signal) {
+    result.exit_code = kPreemptedExit;
+    result.report = preempted_;
+    return result;
+  }
+  // The first root cause, else the first failure of any kind.
+  const Observed* chosen = nullptr;
+  for (const auto& f : failures_)
+    if (f.root) {
+      chosen = &f;
+      break;
+    }
+  if (!chosen && !failures_.empty()) chosen = &failures_.front();
+  if (chosen) {
+    result.exit_code = chosen->code;
+    result.report = chosen->cause;
+  }
+  return result;
+}
+
 }  // namespace
 
 SupervisorResult supervise(const SupervisorOptions& options, const std::atomic<int>* signal) {
   const int port = options.master_port > 0 ? options.master_port : free_port();
   const std::string run_id = std::to_string(::getpid()) + "-" + std::to_string(port);
   spdlog::info("starting {} worker processes (rendezvous {}:{})", options.processes, options.master_addr, port);
-
-  std::vector<Worker> workers(options.processes);
-  for (int r = 0; r < options.processes; ++r) {
-    int pipe_fds[2];
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-    // The write end must survive exec in the child only.
-    ::fcntl(pipe_fds[1], F_SETFD, 0);
-    workers[r].rank = r;
-    workers[r].pid = spawn(options, r, port, run_id, pipe_fds[1]);
-    ::close(pipe_fds[1]);
-    ::fcntl(pipe_fds[0], F_SETFL, O_NONBLOCK);
-    workers[r].heartbeat = pipe_fds[0];
-    workers[r].spawned = workers[r].last_beat = Clock::now();
-    workers[r].running = true;
-  }
-
-  SupervisorResult result;
-  std::vector<Observed> failures;
-  // The workers' reports when they were preempted: rank 0's names the
-  // checkpoint it committed, so it is the one told, whichever rank ends first.
-  std::string preempted;
-  int preempted_rank = -1;
-  bool stopping = false;
-  Clock::time_point kill_at{};
-  int running = options.processes;
-  // `forward` is the signal the workers get: SIGTERM on a failure, else the
-  // very signal the supervisor received (SIGINT interrupts; the preemption
-  // signal lets the workers checkpoint): each rank tells them apart as a
-  // single process does.
-  auto stop_all = [&](const std::string& why, int forward = SIGTERM) {
-    if (stopping) return;
-    stopping = true;
-    kill_at = Clock::now() + options.grace;
-    spdlog::warn("{}; stopping the workers (SIG{}, SIGKILL after {} s)", why, sigabbrev_np(forward),
-                 std::chrono::duration<double>(options.grace).count());
-    for (auto& w : workers)
-      if (w.running) {
-        w.terminated = true;
-        ::kill(w.pid, forward);
-      }
-  };
-  auto who = [](const Worker& w) { return "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") "; };
-  auto fail = [&](Worker& w, const std::string& cause, int code, bool root) {
-    w.accounted = true;
-    failures.push_back({w.rank, who(w) + cause, code, root});
-    stop_all("rank " + std::to_string(w.rank) + " " + cause);
-  };
-  // The supervisor's own kill: the cause is what made it necessary.
-  auto kill_now = [&](Worker& w) {
-    w.killed = true;
-    ::kill(w.pid, SIGKILL);
-  };
-
-  std::vector<pollfd> fds(workers.size());
-  while (running > 0) {
-    for (size_t i = 0; i < workers.size(); ++i)
-      fds[i] = pollfd{workers[i].running ? workers[i].heartbeat : -1, POLLIN, 0};
-    ::poll(fds.data(), fds.size(), 50);
-    const auto now = Clock::now();
-    for (size_t i = 0; i < workers.size(); ++i) {
-      if (!workers[i].running || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
-      char buffer[4096];
-      take_bytes(workers[i], buffer, ::read(workers[i].heartbeat, buffer, sizeof buffer), now);
-    }
-    // Reap whoever ended. Deaths by a signal come first within one sweep: a
-    // killed rank is the cause, the peers that then failed their collective
-    // are the effect.
-    std::vector<std::pair<Worker*, int>> ended;
-    for (;;) {
-      int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
-      for (auto& w : workers)
-        if (w.pid == pid && w.running) ended.emplace_back(&w, status);
-    }
-    std::stable_sort(ended.begin(), ended.end(),
-                     [](const auto& a, const auto& b) { return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second); });
-    for (auto& [w, status] : ended) {
-      drain(*w, now);  // what the worker wrote last (its failure line, "@done")
-      w->running = false;
-      --running;
-      ::close(w->heartbeat);
-      const bool exited = WIFEXITED(status);
-      const int code = exited ? WEXITSTATUS(status) : -1;
-      if (exited && code == 0) {
-        // Finished, or told to stop and did: neither is a failure. Anything
-        // else that exits 0 left the others waiting for it.
-        if (w->done || w->terminated) continue;
-        fail(*w, "exited early with code 0 during " + w->phase + ", without finishing the run, while other ranks " +
-                     "were still running (did a plugin call exit()?)", 1, true);
-        continue;
-      }
-      if (exited && code == kPreemptedExit) {
-        // Preempted: every rank agreed, a checkpoint was committed. Not a failure.
-        if (preempted_rank < 0 || w->rank < preempted_rank) {
-          preempted_rank = w->rank;
-          preempted = w->has_report ? w->report : "preempted; rank " + std::to_string(w->rank) +
-                                                      " reported no checkpoint committed";
-        }
-        continue;
-      }
-      if (w->accounted) continue;  // already reported (hung, stopped responding, never started)
-      if (w->killed) {
-        // The supervisor's SIGKILL after SIGTERM went unanswered: the cause is
-        // where the worker was stuck, when it said so.
-        if (!w->busy_hook.empty()) {
-          fail(*w, "hung in " + w->busy_hook + " (no progress for " + std::to_string(w->busy_seconds) +
-                       " s; it did not stop after SIGTERM and was killed)", 1, true);
-        } else {
-          failures.push_back({w->rank, who(*w) + "did not stop within " +
-                                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options.grace).count()) +
-                                           " s of SIGTERM and was killed", 1, false});
-        }
-        continue;
-      }
-      if (w->terminated && exited && code == 130) {
-        spdlog::debug("rank {} stopped as asked", w->rank);
-        continue;
-      }
-      std::string cause = describe_status(status);
-      if (w->has_report)
-        cause += ": " + w->report;
-      else if (!w->busy_hook.empty())
-        cause += " in " + w->busy_hook;
-      else
-        cause += " during " + w->phase + " (it reported no cause; see its output above)";
-      const bool root = !w->has_report || w->report_root;
-      if (stopping && !root) {
-        spdlog::debug("rank {} {}", w->rank, cause);
-        continue;
-      }
-      fail(*w, cause, exited && code == 2 ? 2 : 1, root);
-    }
-    if (!stopping) {
-      if (const int s = signal ? signal->load() : 0) {
-        const std::string why = std::string("interrupted by SIG") + sigabbrev_np(s);
-        failures.push_back({-1, why, 130, true});
-        stop_all(why, s);
-      }
-      for (auto& w : workers) {
-        if (!w.running || w.accounted) continue;
-        if (!w.alive_seen && now - w.spawned > options.startup_timeout) {
-          kill_now(w);
-          fail(w, "did not start within " + std::to_string(seconds_between(w.spawned, now)) +
-                      " s (no sign of life since it was launched)", 1, true);
-        } else if (w.alive_seen && now - w.last_beat > options.heartbeat_timeout) {
-          // A stopped process ignores SIGTERM until continued: SIGKILL it.
-          kill_now(w);
-          fail(w, "stopped responding during " + w.phase + " (no heartbeat for " +
-                      std::to_string(seconds_between(w.last_beat, now)) + " s: stopped or frozen)", 1, true);
-        }
-      }
-    } else if (now >= kill_at) {
-      for (auto& w : workers)
-        if (w.running && !w.killed) kill_now(w);
-    }
-  }
-  // Preempted workers and no failure but the signal that caused it: the run
-  // was preempted, not failed.
-  const bool only_signal = std::all_of(failures.begin(), failures.end(), [](const Observed& f) { return f.rank < 0; });
-  if (preempted_rank >= 0 && only_signal) {
-    result.exit_code = kPreemptedExit;
-    result.report = preempted;
-    return result;
-  }
-  // The first root cause, else the first failure of any kind.
-  const Observed* chosen = nullptr;
-  for (const auto& f : failures)
-    if (f.root) {
-      chosen = &f;
-      break;
-    }
-  if (!chosen && !failures.empty()) chosen = &failures.front();
-  if (chosen) {
-    result.exit_code = chosen->code;
-    result.report = chosen->cause;
-  }
-  return result;
+  Supervision supervision(options, signal);
+  supervision.start(port, run_id);
+  while (supervision.any_running()) supervision.step();
+  return supervision.outcome();
 }
 
 }  // namespace kiln
