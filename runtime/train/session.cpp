@@ -31,18 +31,22 @@ std::vector<PluginInstance*> Session::cleanup_order() {
   return order;
 }
 
+// SIGINT only: the supervisor never sends it on its own, so it is always the
+// user's Ctrl-C. A SIGTERM may be the supervisor stopping the survivors of a
+// failed rank, whose own failure is then rightly a peer's.
 std::string Session::interrupting_signal() const {
   if (!interruption_) return "";
-  std::string by = interruption_();
+  auto sigint = [this] {
+    const std::string by = interruption_();
+    return by == "SIGINT" ? by : std::string();
+  };
+  std::string by = sigint();
   // The signal reached this process too (the supervisor sends it to every
   // rank at once) but its watcher thread has not taken it yet: a moment.
   sigset_t pending;
-  for (int i = 0; by.empty() && i < 100 && ::sigpending(&pending) == 0 &&
-                  (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1 ||
-                   sigismember(&pending, SIGUSR1) == 1);
-       ++i) {
+  for (int i = 0; by.empty() && i < 100 && ::sigpending(&pending) == 0 && sigismember(&pending, SIGINT) == 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    by = interruption_();
+    by = sigint();
   }
   return by;
 }

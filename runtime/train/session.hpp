@@ -59,9 +59,9 @@ class Session {
                              const std::function<void()>& body);
 
   // The signal interrupting this process ("" when none): a rank whose run
-  // fails because a peer left while it is itself being interrupted (its peer
-  // acted on the same signal first) reports an interruption, not a peer
-  // failure (docs/checkpoints.md, "Preemption").
+  // fails because a peer left while it is itself being interrupted by SIGINT
+  // (its peer acted on the same Ctrl-C first) reports an interruption, not a
+  // peer failure (docs/checkpoints.md, "Preemption").
   void interrupted_by(std::function<std::string()> interruption) { interruption_ = std::move(interruption); }
 
   PluginInstance& model() { return *model_; }

@@ -89,6 +89,13 @@ TEST_P(Signals, AreToldApart) {
     const std::string at = c.processes > 1 ? "@" + std::to_string(r) : "";
     // A rank stopped before it created its plugins has no hook to tell.
     if (calls.find("model" + at + ":create") == std::string::npos) continue;
+    // A SIGTERM that interrupts: a rank whose peer acted on it first may see
+    // that peer leave before it sees its own signal, and report the peer —
+    // it cannot tell the forwarded SIGTERM from the supervisor's own stop of
+    // a failed run's survivors. Ctrl-C and preemption are told exactly.
+    if (!preempted && c.signal != SIGINT && c.processes > 1 &&
+        calls.find("model" + at + ":failure=PEER_FAILED") != std::string::npos)
+      continue;
     EXPECT_NE(calls.find("model" + at + ":failure=" + kind), std::string::npos) << "rank " << r << "\n" << calls << output;
   }
   // The final line: what happened, and, when preempted, the checkpoint.
