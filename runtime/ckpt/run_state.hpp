@@ -15,13 +15,13 @@
 #include <torch/optim/optimizer.h>
 
 #include "ckpt/checkpoint_file.hpp"
+#include "common/named_tensors.hpp"
 #include "ckpt/checkpoint_meta.hpp"
 #include "config/options.hpp"
 #include "train/scaler_state.hpp"
 
 namespace kiln {
 
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 using PluginStates = std::map<std::string, std::map<std::string, std::string>>;  // plugin id -> key -> bytes
 
 // Everything a checkpoint carries, as references into the live run.

@@ -8,10 +8,11 @@
 #include <cstdlib>
 
 #include "util/errors.hpp"
+#include "util/shortest_double.hpp"
 
 namespace kiln::manifest_detail {
 
-std::string one_line(const std::string& s) {
+std::string escape_newlines(const std::string& s) {
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
@@ -26,7 +27,7 @@ std::string one_line(const std::string& s) {
   return out;
 }
 
-void fail(const std::string& message) { throw InputError(one_line(message)); }
+void fail(const std::string& message) { throw InputError(escape_newlines(message)); }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -55,12 +56,7 @@ bool all_digits(const std::string& s) {
 std::string format_double(double d) {
   if (std::isnan(d)) return "nan";
   if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
-  char buffer[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof buffer, "%.*g", precision, d);
-    if (std::strtod(buffer, nullptr) == d) break;
-  }
-  std::string out = buffer;
+  std::string out = shortest_double(d);
   if (out.find_first_of(".en") == std::string::npos) out += ".0";  // keep it visibly a float
   return out;
 }

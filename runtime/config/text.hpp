@@ -8,8 +8,10 @@
 
 namespace kiln::manifest_detail {
 
-// Messages are exactly one line, whatever a user put in a key or a value.
-std::string one_line(const std::string& s);
+// Messages are exactly one line, whatever a user put in a key or a value:
+// newlines are shown escaped. (util/errors.hpp's one_line is another thing:
+// it cuts a C++ backtrace from an error's text.)
+std::string escape_newlines(const std::string& s);
 
 // Throws the InputError of the manifest code: `message` as one line.
 [[noreturn]] void fail(const std::string& message);

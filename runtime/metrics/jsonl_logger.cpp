@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "metrics/logger_state.hpp"
+#include "util/shortest_double.hpp"
 
 namespace kiln {
 
@@ -37,12 +38,7 @@ std::string json_string(const std::string& s) {
 
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
-  char buffer[32];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof buffer, "%.*g", precision, v);
-    if (std::strtod(buffer, nullptr) == v) break;
-  }
-  return buffer;
+  return shortest_double(v);
 }
 
 std::string json_line(const LogRow& row) {

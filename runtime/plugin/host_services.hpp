@@ -8,6 +8,7 @@
 
 #include "kiln/abi.h"
 #include "plugin/run_services.hpp"
+#include "common/batch.hpp"
 
 namespace kiln {
 
@@ -43,10 +44,5 @@ kiln_error* make_error(const std::string& message, kiln_error_code code = KILN_E
 // `code` is given), and frees it. NULL gives "".
 std::string take_error(kiln_error* error, kiln_error_code* code = nullptr);
 
-// Frees batches the host received from get_batch.
-struct BatchDeleter {
-  void operator()(kiln_batch* batch) const;
-};
-using BatchPtr = std::unique_ptr<kiln_batch, BatchDeleter>;
 
 }  // namespace kiln

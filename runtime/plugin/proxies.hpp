@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/run_state.hpp"
+#include "common/named_tensors.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "train/loops/loop_parts.hpp"
 

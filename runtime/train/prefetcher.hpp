@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "kiln/abi.h"
-#include "plugin/host_services.hpp"
+#include "common/batch.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "train/sampler.hpp"
 

@@ -16,7 +16,7 @@
 #include "config/manifest.hpp"
 #include "kiln/abi.h"
 #include "metrics/logger.hpp"
-#include "plugin/host_services.hpp"
+#include "common/batch.hpp"
 
 namespace kiln {
 
