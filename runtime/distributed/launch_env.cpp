@@ -304,6 +304,100 @@ std::string first_host_of(const std::string& name, const std::string& list) {
   return first;
 }
 
+// How many tasks run on this node, and where that count came from (for the
+// range checks' messages).
+struct NodeTasks {
+  int64_t count;
+  std::string described;
+};
+
+// The per-node lists describe the layout Slurm actually made (the step's
+// first, as srun sets it; then the job's) and are indexed by SLURM_NODEID, so
+// uneven layouts such as "4(x2),3" give each node its own count.
+std::optional<NodeTasks> slurm_tasks_from_layout(const Reader& r, int64_t node) {
+  for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    if (const std::optional<std::string> list = r.get(name)) {
+      const int64_t count = tasks_on_node(name, *list, node);
+      return NodeTasks{count, "the " + std::to_string(count) + " tasks on node " + std::to_string(node) +
+                                  " (from " + name + "=" + quoted(*list) + ")"};
+    }
+  }
+  return std::nullopt;
+}
+
+// SLURM_NTASKS_PER_NODE is only the requested --ntasks-per-node, which Slurm
+// treats as a maximum when --ntasks is also given, so it comes after the
+// layout; a value that is not a plain integer is passed over, not refused.
+std::optional<NodeTasks> slurm_tasks_requested(const Reader& r) {
+  const std::optional<std::string> per_node = r.get("SLURM_NTASKS_PER_NODE");
+  if (!per_node) return std::nullopt;
+  bool plain = !per_node->empty() && per_node->size() <= 9;
+  for (const char ch : *per_node) plain = plain && ch >= '0' && ch <= '9';
+  if (!plain) return std::nullopt;
+  return NodeTasks{std::stoll(*per_node), "SLURM_NTASKS_PER_NODE=" + *per_node};
+}
+
+NodeTasks slurm_tasks_by_division(const Reader& r, int64_t world_size) {
+  const std::optional<std::string> nnodes_text = r.get("SLURM_NNODES");
+  if (!nnodes_text)
+    fail("slurm",
+         "cannot tell how many tasks run on this node: none of SLURM_STEP_TASKS_PER_NODE, "
+         "SLURM_TASKS_PER_NODE, SLURM_NTASKS_PER_NODE (as an integer) or SLURM_NNODES is set; " +
+             std::string(kSlurmHint));
+  const int64_t nnodes = parse_count("slurm", "SLURM_NNODES", *nnodes_text);
+  if (nnodes < 1) fail("slurm", "SLURM_NNODES=" + std::to_string(nnodes) + " must be at least 1");
+  if (world_size % nnodes != 0)
+    fail("slurm", "SLURM_NTASKS=" + std::to_string(world_size) + " is not divisible by SLURM_NNODES=" +
+                      std::to_string(nnodes) +
+                      " and SLURM_TASKS_PER_NODE is not set, so the tasks on this node are unknown; "
+                      "run srun with --ntasks-per-node");
+  const int64_t count = world_size / nnodes;
+  return NodeTasks{count, "SLURM_NTASKS=" + std::to_string(world_size) + " / SLURM_NNODES=" +
+                              std::to_string(nnodes) + " = " + std::to_string(count) + " tasks per node"};
+}
+
+NodeTasks slurm_tasks_on_node(const Reader& r, const DistEnv& d) {
+  if (std::optional<NodeTasks> tasks = slurm_tasks_from_layout(r, d.node_rank)) return *tasks;
+  if (std::optional<NodeTasks> tasks = slurm_tasks_requested(r)) return *tasks;
+  return slurm_tasks_by_division(r, d.world_size);
+}
+
+// Rank 0's host: MASTER_ADDR if the user set it (e.g. an arbitrary task
+// distribution, or a dedicated interface name), else the first node of the
+// step's node list, where srun places task 0 under block and cyclic
+// distributions. The step's list comes first because a step may run on a
+// subset of the job's nodes.
+std::string slurm_master_addr(const Reader& r) {
+  if (const std::optional<std::string> addr = r.get("MASTER_ADDR")) {
+    if (addr->empty())
+      fail("slurm",
+           "MASTER_ADDR is set but empty; unset it to use the first host of SLURM_NODELIST, or set "
+           "it to the host of task 0");
+    return master_addr_checked("slurm", *addr);
+  }
+  for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"})
+    if (const std::optional<std::string> list = r.get(name)) return first_host_of(name, *list);
+  fail("slurm",
+       "SLURM_NODELIST is not set (nor SLURM_JOB_NODELIST), so the host of task 0 is unknown; "
+       "start kiln with srun, which sets it, or set MASTER_ADDR to the host of task 0");
+}
+
+// Port: MASTER_PORT if set, else derived from the job id so that every task
+// of a job agrees without talking: 15000 + SLURM_JOB_ID % 10000, i.e.
+// 15000..24999. This is the formula PyTorch Lightning has used for years
+// (15000 + the last four digits of the job id), so a job moved from
+// Lightning keeps its port, and the range stays below Linux's ephemeral
+// range (32768..60999), where an outgoing connection could already hold the
+// port. Jobs whose ids differ by a multiple of 10000 and share rank 0's node
+// collide; MASTER_PORT is the way out.
+int64_t slurm_master_port(const Reader& r, const std::optional<std::string>& job_id) {
+  if (const std::optional<std::string> port = r.get("MASTER_PORT")) return master_port_checked("slurm", *port);
+  if (job_id) return 15000 + parse_count("slurm", "SLURM_JOB_ID", *job_id) % 10000;
+  fail("slurm",
+       "neither MASTER_PORT nor SLURM_JOB_ID is set, so there is no port for task 0's store; set "
+       "MASTER_PORT to the same free port for every task");
+}
+
 std::optional<DistEnv> from_slurm(const EnvLookup& env) {
   const Reader r{env, "slurm", kSlurmHint};
   DistEnv d;
@@ -312,99 +406,12 @@ std::optional<DistEnv> from_slurm(const EnvLookup& env) {
   d.local_rank = r.require_count("SLURM_LOCALID");
   d.world_size = r.require_count("SLURM_NTASKS");
   d.node_rank = r.require_count("SLURM_NODEID");
-
-  // Tasks on this node. The per-node lists describe the layout Slurm actually
-  // made (the step's first, as srun sets it; then the job's) and are indexed by
-  // SLURM_NODEID, so uneven layouts such as "4(x2),3" give each node its own
-  // count. SLURM_NTASKS_PER_NODE is only the requested --ntasks-per-node, which
-  // Slurm treats as a maximum when --ntasks is also given, so it comes after.
-  Names names{"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", ""};
-  bool have_lws = false;
-  for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
-    if (const std::optional<std::string> list = r.get(name)) {
-      d.local_world_size = tasks_on_node(name, *list, d.node_rank);
-      names.local_world_size = "the " + std::to_string(d.local_world_size) + " tasks on node " +
-                               std::to_string(d.node_rank) + " (from " + name + "=" + quoted(*list) + ")";
-      have_lws = true;
-      break;
-    }
-  }
-  if (!have_lws) {
-    if (const std::optional<std::string> per_node = r.get("SLURM_NTASKS_PER_NODE")) {
-      bool plain = !per_node->empty() && per_node->size() <= 9;
-      for (const char ch : *per_node) plain = plain && ch >= '0' && ch <= '9';
-      if (plain) {
-        d.local_world_size = std::stoll(*per_node);
-        names.local_world_size = "SLURM_NTASKS_PER_NODE=" + *per_node;
-        have_lws = true;
-      }
-    }
-  }
-  if (!have_lws) {
-    const std::optional<std::string> nnodes_text = r.get("SLURM_NNODES");
-    if (!nnodes_text)
-      fail("slurm",
-           "cannot tell how many tasks run on this node: none of SLURM_STEP_TASKS_PER_NODE, "
-           "SLURM_TASKS_PER_NODE, SLURM_NTASKS_PER_NODE (as an integer) or SLURM_NNODES is set; " +
-               std::string(kSlurmHint));
-    const int64_t nnodes = parse_count("slurm", "SLURM_NNODES", *nnodes_text);
-    if (nnodes < 1) fail("slurm", "SLURM_NNODES=" + std::to_string(nnodes) + " must be at least 1");
-    if (d.world_size % nnodes != 0)
-      fail("slurm", "SLURM_NTASKS=" + std::to_string(d.world_size) + " is not divisible by SLURM_NNODES=" +
-                        std::to_string(nnodes) +
-                        " and SLURM_TASKS_PER_NODE is not set, so the tasks on this node are unknown; "
-                        "run srun with --ntasks-per-node");
-    d.local_world_size = d.world_size / nnodes;
-    names.local_world_size = "SLURM_NTASKS=" + std::to_string(d.world_size) + " / SLURM_NNODES=" +
-                             std::to_string(nnodes) + " = " + std::to_string(d.local_world_size) +
-                             " tasks per node";
-  }
-  check_ranges("slurm", d, names);
-
-  // Rank 0's host: MASTER_ADDR if the user set it (e.g. an arbitrary task
-  // distribution, or a dedicated interface name), else the first node of the
-  // step's node list, where srun places task 0 under block and cyclic
-  // distributions. The step's list comes first because a step may run on a
-  // subset of the job's nodes.
-  if (const std::optional<std::string> addr = r.get("MASTER_ADDR")) {
-    if (addr->empty())
-      fail("slurm",
-           "MASTER_ADDR is set but empty; unset it to use the first host of SLURM_NODELIST, or set "
-           "it to the host of task 0");
-    d.master_addr = master_addr_checked("slurm", *addr);
-  } else {
-    bool found = false;
-    for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"}) {
-      if (const std::optional<std::string> list = r.get(name)) {
-        d.master_addr = first_host_of(name, *list);
-        found = true;
-        break;
-      }
-    }
-    if (!found)
-      fail("slurm",
-           "SLURM_NODELIST is not set (nor SLURM_JOB_NODELIST), so the host of task 0 is unknown; "
-           "start kiln with srun, which sets it, or set MASTER_ADDR to the host of task 0");
-  }
-
-  // Port: MASTER_PORT if set, else derived from the job id so that every task
-  // of a job agrees without talking: 15000 + SLURM_JOB_ID % 10000, i.e.
-  // 15000..24999. This is the formula PyTorch Lightning has used for years
-  // (15000 + the last four digits of the job id), so a job moved from
-  // Lightning keeps its port, and the range stays below Linux's ephemeral
-  // range (32768..60999), where an outgoing connection could already hold the
-  // port. Jobs whose ids differ by a multiple of 10000 and share rank 0's node
-  // collide; MASTER_PORT is the way out.
+  const NodeTasks tasks = slurm_tasks_on_node(r, d);
+  d.local_world_size = tasks.count;
+  check_ranges("slurm", d, {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", tasks.described});
+  d.master_addr = slurm_master_addr(r);
   const std::optional<std::string> job_id = r.get("SLURM_JOB_ID");
-  if (const std::optional<std::string> port = r.get("MASTER_PORT")) {
-    d.master_port = master_port_checked("slurm", *port);
-  } else if (job_id) {
-    d.master_port = 15000 + parse_count("slurm", "SLURM_JOB_ID", *job_id) % 10000;
-  } else {
-    fail("slurm",
-         "neither MASTER_PORT nor SLURM_JOB_ID is set, so there is no port for task 0's store; set "
-         "MASTER_PORT to the same free port for every task");
-  }
+  d.master_port = slurm_master_port(r, job_id);
   d.run_id = job_id.value_or("");
   return d;
 }
