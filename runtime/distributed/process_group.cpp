@@ -28,6 +28,8 @@ namespace kiln {
 
 namespace {
 
+using Clock = ProcessGroup::Clock;
+
 std::vector<uint8_t> text_bytes(const std::string& text) { return {text.begin(), text.end()}; }
 std::string bytes_text(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
@@ -90,6 +92,105 @@ bool accepts_connections(const std::string& host, int port, std::chrono::millise
   return ok;
 }
 
+// A rank other than 0 first waits, against the deadline, for rank 0's store
+// to listen: c10d's own client retries with back-off and would wait about
+// twice the timeout (LibTorch 2.x), logging a backtrace per try.
+void await_listening_store(const DistEnv& env, Clock::time_point deadline, std::chrono::milliseconds timeout,
+                           const std::string& where, const std::function<void()>& check_interrupted) {
+  while (!accepts_connections(env.master_addr, env.master_port, std::chrono::milliseconds(200))) {
+    check_interrupted();
+    if (Clock::now() >= deadline)
+      throw PeerFailure("rendezvous at " + where + " failed within " + seconds(timeout) +
+                        ": no store is listening there (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> open_store(const DistEnv& env, int rank, int world_size,
+                                           std::chrono::milliseconds timeout, const std::string& where) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(env.master_port);
+  options.isServer = rank == 0;
+  options.numWorkers = world_size;
+  options.waitWorkers = false;  // arrival is counted by the caller, against its deadline
+  options.timeout = timeout;
+  try {
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    // A prefix per run id keeps two runs on one store address apart.
+    return c10::make_intrusive<c10d::PrefixStore>("kiln/" + env.run_id, tcp);
+  } catch (const std::exception& e) {
+    const std::string text = "rendezvous at " + where + " failed" +
+                             (rank == 0 ? ": cannot serve the store: " : " within " + seconds(timeout) + ": ") +
+                             one_line(e.what());
+    // Rank 0 serves the store: its failure (the port is taken) is the cause;
+    // another rank that cannot reach it waits on rank 0.
+    if (rank == 0) throw std::runtime_error(text + " (choose another distributed.master_port)");
+    throw PeerFailure(text + " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
+  }
+}
+
+// The host's own decisions (stop votes, checkpoint commits, barriers) are CPU
+// tensors and always go over Gloo: they never need the GPU, and keep working
+// when the device's group is NCCL. Called once every rank is in the store, so
+// Gloo's address exchange is quick; its timeout is also every collective's
+// that gives none (the DDP Reducer's): the full timeout.
+c10::intrusive_ptr<c10d::ProcessGroup> connect_control_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                             const DistEnv& env, int rank, int world_size,
+                                                             std::chrono::milliseconds timeout,
+                                                             const std::string& where) {
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
+  // Which interface Gloo binds, as PyTorch decides it: GLOO_SOCKET_IFNAME if
+  // set; loopback when the whole run is on this machine; else the address
+  // this host's name resolves to.
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+  } else if (env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  try {
+    return c10d_compat::gloo_group(c10::make_intrusive<c10d::PrefixStore>("control", store), rank, world_size,
+                                   gloo_options);
+  } catch (const std::exception& e) {
+    throw PeerFailure("rendezvous at " + where + ": connecting the ranks failed: " + one_line(e.what()));
+  }
+}
+
+// Rank 0's side of the shared-memory set-up: creates the segment and names it
+// in the store, or names none. Returns why this rank cannot use it, or "".
+std::string offer_segment(c10d::Store& store, int world_size, size_t slot, size_t bytes,
+                          std::optional<ShmSegment>& segment) {
+  std::random_device random;
+  const uint64_t nonce = (static_cast<uint64_t>(random()) << 32) | random();
+  try {
+    segment.emplace(ShmSegment::create(bytes));
+    ShmAllReduce::initialise(*segment, world_size, slot, nonce);
+    store.set("shm/name", text_bytes(segment->name() + " " + std::to_string(nonce)));
+    return "";
+  } catch (const std::exception& e) {
+    store.set("shm/name", text_bytes(""));
+    return e.what();
+  }
+}
+
+// Another rank's side: maps the segment rank 0 offered ("<name> <nonce>"). The
+// nonce tells rank 0's segment from another of the same name. Returns why
+// this rank cannot use it, or "".
+std::string open_offered_segment(const std::string& offer, int rank, int world_size, size_t slot, size_t bytes,
+                                 std::optional<ShmSegment>& segment) {
+  const size_t space = offer.find(' ');
+  if (space == std::string::npos) return "rank 0 could not create a segment";
+  try {
+    segment.emplace(ShmSegment::open(offer.substr(0, space), bytes));
+    if (!ShmAllReduce::matches(*segment, world_size, slot, std::stoull(offer.substr(space + 1))))
+      return "rank " + std::to_string(rank) + " opened another segment of that name (another host?)";
+  } catch (const std::exception& e) {
+    return "rank " + std::to_string(rank) + ": " + e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, const std::string& device,
@@ -104,61 +205,11 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
   // (c10d's own waits would each take the full timeout, one after another).
   const auto deadline = Clock::now() + timeout_;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(env.master_port);
-  options.isServer = rank_ == 0;
-  options.numWorkers = world_size_;
-  options.waitWorkers = false;  // arrival is counted below, against the deadline
-  options.timeout = timeout_;
-  // A rank other than 0 first waits, against the deadline, for rank 0's
-  // store to listen: c10d's own client retries with back-off and would wait
-  // about twice the timeout (LibTorch 2.x), logging a backtrace per try.
-  if (rank_ != 0) {
-    while (!accepts_connections(env.master_addr, env.master_port, std::chrono::milliseconds(200))) {
-      check_interrupted("the rendezvous");
-      if (Clock::now() >= deadline)
-        throw PeerFailure("rendezvous at " + where + " failed within " + seconds(timeout_) +
-                          ": no store is listening there (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  try {
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-    // A prefix per run id keeps two runs on one store address apart.
-    store_ = c10::make_intrusive<c10d::PrefixStore>("kiln/" + env.run_id, tcp);
-  } catch (const std::exception& e) {
-    const std::string text = "rendezvous at " + where + " failed" +
-                             (rank_ == 0 ? ": cannot serve the store: " : " within " + seconds(timeout_) + ": ") +
-                             one_line(e.what());
-    // Rank 0 serves the store: its failure (the port is taken) is the cause;
-    // another rank that cannot reach it waits on rank 0.
-    if (rank_ == 0) throw std::runtime_error(text + " (choose another distributed.master_port)");
-    throw PeerFailure(text + " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
-  }
+  if (rank_ != 0)
+    await_listening_store(env, deadline, timeout_, where, [this] { check_interrupted("the rendezvous"); });
+  store_ = open_store(env, rank_, world_size_, timeout_, where);
   arrive(deadline, where);
-  // Every rank is here, so Gloo's address exchange through the store is
-  // quick. Its timeout is also every collective's that gives none (the DDP
-  // Reducer's): the full timeout.
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout_);
-  // Which interface Gloo binds, as PyTorch decides it: GLOO_SOCKET_IFNAME if
-  // set; loopback when the whole run is on this machine; else the address
-  // this host's name resolves to.
-  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface && *interface) {
-    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
-  } else if (env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0) {
-    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  } else {
-    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  }
-  // The host's own decisions (stop votes, checkpoint commits, barriers) are
-  // CPU tensors and always go over Gloo: they never need the GPU, and keep
-  // working when the device's group is NCCL.
-  try {
-    control_ = c10d_compat::gloo_group(c10::make_intrusive<c10d::PrefixStore>("control", store_), rank_, world_size_,
-                                       gloo_options);
-  } catch (const std::exception& e) {
-    throw PeerFailure("rendezvous at " + where + ": connecting the ranks failed: " + one_line(e.what()));
-  }
+  control_ = connect_control_group(store_, env, rank_, world_size_, timeout_, where);
   group_ = control_;
   const bool nccl = wants_nccl(config, device);
   // CPU gradients between ranks of one host: shared memory, unless told not to.
@@ -189,33 +240,12 @@ std::string ProcessGroup::join_shared_memory(Clock::time_point deadline) {
     std::optional<ShmSegment> segment;
     std::string mine;  // empty: this rank has the segment mapped
     if (rank_ == 0) {
-      std::random_device random;
-      const uint64_t nonce = (static_cast<uint64_t>(random()) << 32) | random();
-      try {
-        segment.emplace(ShmSegment::create(bytes));
-        ShmAllReduce::initialise(*segment, world_size_, slot, nonce);
-        store_->set("shm/name", text_bytes(segment->name() + " " + std::to_string(nonce)));
-      } catch (const std::exception& e) {
-        mine = e.what();
-        store_->set("shm/name", text_bytes(""));
-      }
+      mine = offer_segment(*store_, world_size_, slot, bytes, segment);
     } else {
       if (!wait_key("shm/name", deadline, "the shared-memory set-up"))
         throw PeerFailure("the shared-memory set-up timed out after " + seconds(timeout_) +
                           ": rank 0 did not name its segment (it failed or stopped responding)");
-      const std::string offer = bytes_text(store_->get("shm/name"));
-      const size_t space = offer.find(' ');
-      if (space == std::string::npos) {
-        mine = "rank 0 could not create a segment";
-      } else {
-        try {
-          segment.emplace(ShmSegment::open(offer.substr(0, space), bytes));
-          if (!ShmAllReduce::matches(*segment, world_size_, slot, std::stoull(offer.substr(space + 1))))
-            mine = "rank " + std::to_string(rank_) + " opened another segment of that name (another host?)";
-        } catch (const std::exception& e) {
-          mine = "rank " + std::to_string(rank_) + ": " + e.what();
-        }
-      }
+      mine = open_offered_segment(bytes_text(store_->get("shm/name")), rank_, world_size_, slot, bytes, segment);
     }
     // Joined before answering: every rank's pid is in the segment before any
     // all-reduce starts, so a peer that dies is always seen.
