@@ -123,21 +123,22 @@ std::string segment_name(size_t index, uint32_t type) {
   return "segment " + std::to_string(index) + (kind ? std::string(" (") + kind + ")" : std::string());
 }
 
-}  // namespace
-
-std::string elf_problem(const std::filesystem::path& path) {
-  Reader file(path);
+// Whether the path names a readable, non-empty regular file; `size` is its length.
+std::string file_problem(const Reader& file, uint64_t& size) {
   if (file.fd() < 0)
     return std::string("cannot open the plugin file: ") + std::strerror(errno) + "; check that it is readable";
   struct stat st {};
   if (::fstat(file.fd(), &st) != 0)
     return std::string("cannot read the plugin file: ") + std::strerror(errno) + "; check that it is readable";
   if (!S_ISREG(st.st_mode)) return "not a regular file; `path` must name a plugin shared object";
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  size = static_cast<uint64_t>(st.st_size);
   if (size == 0) return std::string("the file is empty (0 bytes), not a shared object") + kCopyAgain;
+  return {};
+}
 
-  // --- the ELF header ----------------------------------------------------------
-  Ehdr h;
+// Reads what there is of the ELF header: a file shorter than one is told
+// apart from one that is no ELF file at all by its first bytes.
+std::string read_header(const Reader& file, uint64_t size, Ehdr& h) {
   std::memset(&h, 0, sizeof h);
   const size_t head = size < sizeof h ? static_cast<size_t>(size) : sizeof h;
   if (!file.read_at(&h, head, 0))
@@ -149,6 +150,21 @@ std::string elf_problem(const std::filesystem::path& path) {
     return "the file is truncated: it has " + std::to_string(size) + (size == 1 ? " byte" : " bytes") +
            ", fewer than the " +
            std::to_string(sizeof h) + "-byte ELF header" + kCopyAgain;
+  return {};
+}
+
+std::string type_name(unsigned type) {
+  switch (type) {
+    case ET_EXEC: return "an executable (ELF type ET_EXEC)";
+    case ET_REL: return "an object file (ELF type ET_REL)";
+    case ET_CORE: return "a core dump (ELF type ET_CORE)";
+    default: return "an ELF file of type " + std::to_string(type);
+  }
+}
+
+// Whether the header describes a shared object for this process: its word
+// size, byte order, machine and ELF version.
+std::string identity_problem(const Ehdr& h) {
   const unsigned char cls = h.e_ident[EI_CLASS], data = h.e_ident[EI_DATA];
   if (cls != kHostClass) {
     if (cls == ELFCLASS32 || cls == ELFCLASS64)
@@ -167,22 +183,16 @@ std::string elf_problem(const std::filesystem::path& path) {
   if (kHostMachine != EM_NONE && h.e_machine != kHostMachine)
     return "was built for " + machine_name(h.e_machine) + " (ELF machine " + std::to_string(h.e_machine) +
            "), but this kiln runs on " + machine_name(kHostMachine) + kForThisMachine;
-  if (h.e_type != ET_DYN) {
-    std::string what;
-    switch (h.e_type) {
-      case ET_EXEC: what = "an executable (ELF type ET_EXEC)"; break;
-      case ET_REL: what = "an object file (ELF type ET_REL)"; break;
-      case ET_CORE: what = "a core dump (ELF type ET_CORE)"; break;
-      default: what = "an ELF file of type " + std::to_string(h.e_type); break;
-    }
-    return "is " + what +
+  if (h.e_type != ET_DYN)
+    return "is " + type_name(h.e_type) +
            ", not a shared object; build the plugin as a shared library (kiln_add_plugin, or add_library(... SHARED))";
-  }
   if (h.e_ehsize != sizeof(Ehdr))
     return "has an ELF header of " + std::to_string(h.e_ehsize) + " bytes, not " + std::to_string(sizeof(Ehdr)) +
            kDamaged;
+  return {};
+}
 
-  // --- the program headers ----------------------------------------------------
+std::string read_program_headers(const Reader& file, const Ehdr& h, uint64_t size, std::vector<Phdr>& ph) {
   if (h.e_phentsize != sizeof(Phdr))
     return "has program headers of " + std::to_string(h.e_phentsize) + " bytes, not " + std::to_string(sizeof(Phdr)) +
            kDamaged;
@@ -192,13 +202,16 @@ std::string elf_problem(const std::filesystem::path& path) {
   if (!add(h.e_phoff, uint64_t{h.e_phnum} * sizeof(Phdr), ph_end))
     return "has program headers at an impossible offset (" + std::to_string(h.e_phoff) + ")" + kDamaged;
   if (ph_end > size) return truncated("the program header table", ph_end, size);
-  std::vector<Phdr> ph(h.e_phnum);
+  ph.resize(h.e_phnum);
   if (!file.read_at(ph.data(), ph.size() * sizeof(Phdr), h.e_phoff))
     return std::string("cannot read the plugin file's program headers: ") + std::strerror(errno ? errno : EIO) +
            "; check that it is readable";
+  return {};
+}
 
-  // Every segment's bytes in the file lie inside the file: dlopen maps the
-  // loadable ones, and a page past the end is a SIGBUS on first touch.
+// Every segment's bytes in the file lie inside the file: dlopen maps the
+// loadable ones, and a page past the end is a SIGBUS on first touch.
+std::string segments_problem(const std::vector<Phdr>& ph, uint64_t size) {
   size_t loads = 0;
   const Phdr* last_load = nullptr;
   size_t last_load_index = 0;
@@ -230,8 +243,13 @@ std::string elf_problem(const std::filesystem::path& path) {
     last_load_index = i;
   }
   if (loads == 0) return "has no loadable segment (PT_LOAD)" + std::string(kDamaged);
-  // What the dynamic loader reads from the mapped image (the dynamic
-  // section, notes, the TLS image) lies inside a loadable segment.
+  return {};
+}
+
+// What the dynamic loader reads from the mapped image (the dynamic section,
+// notes, the TLS image) lies inside a loadable segment. Called after
+// segments_problem, so no loadable segment's end overflows.
+std::string mapped_parts_problem(const std::vector<Phdr>& ph) {
   for (size_t i = 0; i < ph.size(); ++i) {
     const Phdr& p = ph[i];
     if (p.p_type != PT_DYNAMIC && p.p_type != PT_NOTE && p.p_type != PT_GNU_PROPERTY && p.p_type != PT_TLS) continue;
@@ -239,7 +257,6 @@ std::string elf_problem(const std::filesystem::path& path) {
     bool inside = false;
     for (const Phdr& l : ph) {
       if (l.p_type != PT_LOAD) continue;
-      // A load's end cannot overflow (checked above); p's is checked here.
       uint64_t pend = 0;
       if (!add(p.p_vaddr, p.p_filesz, pend)) break;
       if (p.p_vaddr >= l.p_vaddr && pend <= l.p_vaddr + l.p_memsz) inside = true;
@@ -247,23 +264,43 @@ std::string elf_problem(const std::filesystem::path& path) {
     if (!inside)
       return segment_name(i, p.p_type) + " at " + hex(p.p_vaddr) + " lies outside every loadable segment" + kDamaged;
   }
-
-  // --- the section headers ------------------------------------------------------
-  // dlopen does not read them, but kiln does (the libraries a plugin links),
-  // and a copy cut short loses them first: they are the file's last bytes.
-  if (h.e_shoff != 0 || h.e_shnum != 0) {
-    if (h.e_shentsize != sizeof(Shdr))
-      return "has section headers of " + std::to_string(h.e_shentsize) + " bytes, not " +
-             std::to_string(sizeof(Shdr)) + kDamaged;
-    if (h.e_shoff == 0) return "has section headers at offset 0, over the ELF header" + std::string(kDamaged);
-    // e_shnum 0 with an offset: the count is in the first section header.
-    const uint64_t count = h.e_shnum != 0 ? h.e_shnum : 1;
-    uint64_t sh_end = 0;
-    if (!add(h.e_shoff, count * sizeof(Shdr), sh_end))
-      return "has section headers at an impossible offset (" + std::to_string(h.e_shoff) + ")" + kDamaged;
-    if (sh_end > size) return truncated("the section header table", sh_end, size);
-  }
   return {};
+}
+
+// dlopen does not read the section headers, but kiln does (the libraries a
+// plugin links), and a copy cut short loses them first: they are the file's
+// last bytes.
+std::string section_headers_problem(const Ehdr& h, uint64_t size) {
+  if (h.e_shoff == 0 && h.e_shnum == 0) return {};
+  if (h.e_shentsize != sizeof(Shdr))
+    return "has section headers of " + std::to_string(h.e_shentsize) + " bytes, not " +
+           std::to_string(sizeof(Shdr)) + kDamaged;
+  if (h.e_shoff == 0) return "has section headers at offset 0, over the ELF header" + std::string(kDamaged);
+  // e_shnum 0 with an offset: the count is in the first section header.
+  const uint64_t count = h.e_shnum != 0 ? h.e_shnum : 1;
+  uint64_t sh_end = 0;
+  if (!add(h.e_shoff, count * sizeof(Shdr), sh_end))
+    return "has section headers at an impossible offset (" + std::to_string(h.e_shoff) + ")" + kDamaged;
+  if (sh_end > size) return truncated("the section header table", sh_end, size);
+  return {};
+}
+
+}  // namespace
+
+// Each check assumes the ones before it passed: the header before the
+// program headers it locates, every segment's range before what lies in them.
+std::string elf_problem(const std::filesystem::path& path) {
+  const Reader file(path);
+  uint64_t size = 0;
+  if (std::string problem = file_problem(file, size); !problem.empty()) return problem;
+  Ehdr h;
+  if (std::string problem = read_header(file, size, h); !problem.empty()) return problem;
+  if (std::string problem = identity_problem(h); !problem.empty()) return problem;
+  std::vector<Phdr> ph;
+  if (std::string problem = read_program_headers(file, h, size, ph); !problem.empty()) return problem;
+  if (std::string problem = segments_problem(ph, size); !problem.empty()) return problem;
+  if (std::string problem = mapped_parts_problem(ph); !problem.empty()) return problem;
+  return section_headers_problem(h, size);
 }
 
 void check_elf_shared_object(const std::filesystem::path& path, const std::string& who) {
