@@ -139,27 +139,23 @@ class PluginLibrary {
   bool links_torch_ = false;
 };
 
-Loader::Loader() = default;
-Loader::~Loader() = default;
+namespace {
 
-std::shared_ptr<PluginLibrary> Loader::open(const std::filesystem::path& path, const std::string& context) {
-  const std::filesystem::path absolute = std::filesystem::absolute(path).lexically_normal();
-  if (auto it = libraries_.find(absolute); it != libraries_.end()) return it->second;
-
-  const std::string who = absolute.string() + " (" + context + ")";
+// Refuses what must not reach dlopen: a missing or odd file, one cut short
+// (an interrupted copy would otherwise be a SIGBUS inside dlopen,
+// plugin/elf_check.hpp), one linked to another LibTorch.
+void check_before_loading(const std::filesystem::path& absolute, const std::string& who) {
   std::error_code ec;
   if (!std::filesystem::exists(absolute, ec))
     throw InputError(who + ": plugin file not found; build it or fix its `path`");
   if (!std::filesystem::is_regular_file(absolute, ec))
     throw InputError(who + ": not a regular file; `path` must name a plugin shared object");
-  // Before anything maps it: a file cut short (an interrupted copy) would
-  // otherwise be a SIGBUS inside dlopen (plugin/elf_check.hpp).
   check_elf_shared_object(absolute, who);
   // A plugin linked to another LibTorch's libraries (other file names, as
   // Debian's libc10.so.1.13 and a wheel's libc10.so) would load that LibTorch
   // beside this one, and the two crash in their static initialisers before
   // the plugin's descriptor could say which it was built against: refuse it
-  // unopened. (Same names: the descriptor's torch_version check, below.)
+  // unopened. (Same names: the descriptor's torch_version check.)
   for (const auto& name : needed_libraries(absolute)) {
     const auto host = host_torch_libraries().find(so_stem(name));
     if (host != host_torch_libraries().end() && host->second != name)
@@ -167,7 +163,9 @@ std::shared_ptr<PluginLibrary> Loader::open(const std::filesystem::path& path, c
                        host->second + " (LibTorch " + host_torch_version() +
                        "); rebuild the plugin with the same LibTorch (CMAKE_PREFIX_PATH)");
   }
+}
 
+boost::dll::shared_library load_library(const std::filesystem::path& absolute, const std::string& who) {
   boost::dll::shared_library library;
   boost::dll::fs::error_code load_error;
   // rtld_local: a plugin's symbols never satisfy another's; rtld_now: an
@@ -183,6 +181,12 @@ std::shared_ptr<PluginLibrary> Loader::open(const std::filesystem::path& path, c
     }
     throw InputError(who + ": cannot load shared object: " + detail);
   }
+  return library;
+}
+
+// The library's entry table, checked against ABI 1.0's floor and this
+// host's major version.
+const kiln_entry* checked_entry(const boost::dll::shared_library& library, const std::string& who) {
   if (!library.has(KILN_ENTRY_SYMBOL))
     throw InputError(who + ": exports no '" KILN_ENTRY_SYMBOL
                      "'; not a kiln plugin (export one with KILN_EXPORT_PLUGINS)");
@@ -200,44 +204,66 @@ std::shared_ptr<PluginLibrary> Loader::open(const std::filesystem::path& path, c
                      "; rebuild the plugin against this kiln's SDK");
   if (entry->descriptor_count == 0 || entry->descriptors == nullptr)
     throw InputError(who + ": the plugin entry lists no plugins");
+  return entry;
+}
 
-  std::set<std::string> ids;
-  for (size_t i = 0; i < entry->descriptor_count; ++i) {
-    const kiln_descriptor* d = entry->descriptors[i];
-    const std::string at = who + ": descriptor #" + std::to_string(i);
-    if (d == nullptr) throw InputError(at + " is NULL");
-    if (d->struct_size < kMinDescriptorSize)
-      throw InputError(at + ": kiln_descriptor.struct_size is " + std::to_string(d->struct_size) +
-                       ", smaller than ABI 1.0's " + std::to_string(kMinDescriptorSize) +
-                       "; rebuild the plugin against this kiln's SDK");
-    if (d->id == nullptr || *d->id == '\0') throw InputError(at + " has no id");
-    const std::string id = d->id;
-    if (!ids.insert(id).second) throw InputError(who + ": plugin id '" + id + "' is listed twice");
-    const std::string named = who + ": plugin '" + id + "'";
-    if (min_hooks_size(d->kind) == 0)
-      throw InputError(named + " has unknown kind " + std::to_string(d->kind));
-    if (d->lifecycle == nullptr || d->lifecycle->struct_size < kMinLifecycleSize)
-      throw InputError(named + ": kiln_lifecycle missing or struct_size too small; rebuild the plugin");
-    if (d->lifecycle->create == nullptr || d->lifecycle->destroy == nullptr)
-      throw InputError(named + ": kiln_lifecycle lacks create or destroy, which are required");
-    const size_t hooks_size = d->hooks ? *static_cast<const size_t*>(d->hooks) : 0;
-    if (hooks_size < min_hooks_size(d->kind))
-      throw InputError(named + ": " + kind_name(d->kind) + " hooks table missing or struct_size " +
-                       std::to_string(hooks_size) + " smaller than ABI 1.0's " +
-                       std::to_string(min_hooks_size(d->kind)) + "; rebuild the plugin");
-    if (d->torch_version != nullptr && major_minor(d->torch_version) != host_torch_version())
-      throw InputError(named + " was built against LibTorch " + d->torch_version +
-                       ", but this kiln uses LibTorch " + host_torch_version() +
-                       "; rebuild the plugin with the same LibTorch (CMAKE_PREFIX_PATH)");
-    if (d->kind == KILN_KIND_MODEL) {
-      const auto* h = static_cast<const kiln_model_hooks*>(d->hooks);
-      if (!h->parameters) throw InputError(named + ": a model must implement 'parameters'");
-    } else if (d->kind == KILN_KIND_DATA_MODULE) {
-      const auto* h = static_cast<const kiln_data_hooks*>(d->hooks);
-      if (!h->length || !h->get_batch)
-        throw InputError(named + ": a data module must implement 'length' and 'get_batch'");
-    }
+// The hooks a plugin of its kind cannot do without, present in a table at
+// least as large as ABI 1.0's.
+void check_hooks(const kiln_descriptor& d, const std::string& named) {
+  const size_t hooks_size = d.hooks ? *static_cast<const size_t*>(d.hooks) : 0;
+  if (hooks_size < min_hooks_size(d.kind))
+    throw InputError(named + ": " + kind_name(d.kind) + " hooks table missing or struct_size " +
+                     std::to_string(hooks_size) + " smaller than ABI 1.0's " +
+                     std::to_string(min_hooks_size(d.kind)) + "; rebuild the plugin");
+  if (d.torch_version != nullptr && major_minor(d.torch_version) != host_torch_version())
+    throw InputError(named + " was built against LibTorch " + d.torch_version +
+                     ", but this kiln uses LibTorch " + host_torch_version() +
+                     "; rebuild the plugin with the same LibTorch (CMAKE_PREFIX_PATH)");
+  if (d.kind == KILN_KIND_MODEL) {
+    const auto* h = static_cast<const kiln_model_hooks*>(d.hooks);
+    if (!h->parameters) throw InputError(named + ": a model must implement 'parameters'");
+  } else if (d.kind == KILN_KIND_DATA_MODULE) {
+    const auto* h = static_cast<const kiln_data_hooks*>(d.hooks);
+    if (!h->length || !h->get_batch)
+      throw InputError(named + ": a data module must implement 'length' and 'get_batch'");
   }
+}
+
+// Descriptor #i of the entry table; `ids` holds the ids of those before it.
+void check_descriptor(const kiln_descriptor* d, size_t i, const std::string& who, std::set<std::string>& ids) {
+  const std::string at = who + ": descriptor #" + std::to_string(i);
+  if (d == nullptr) throw InputError(at + " is NULL");
+  if (d->struct_size < kMinDescriptorSize)
+    throw InputError(at + ": kiln_descriptor.struct_size is " + std::to_string(d->struct_size) +
+                     ", smaller than ABI 1.0's " + std::to_string(kMinDescriptorSize) +
+                     "; rebuild the plugin against this kiln's SDK");
+  if (d->id == nullptr || *d->id == '\0') throw InputError(at + " has no id");
+  const std::string id = d->id;
+  if (!ids.insert(id).second) throw InputError(who + ": plugin id '" + id + "' is listed twice");
+  const std::string named = who + ": plugin '" + id + "'";
+  if (min_hooks_size(d->kind) == 0)
+    throw InputError(named + " has unknown kind " + std::to_string(d->kind));
+  if (d->lifecycle == nullptr || d->lifecycle->struct_size < kMinLifecycleSize)
+    throw InputError(named + ": kiln_lifecycle missing or struct_size too small; rebuild the plugin");
+  if (d->lifecycle->create == nullptr || d->lifecycle->destroy == nullptr)
+    throw InputError(named + ": kiln_lifecycle lacks create or destroy, which are required");
+  check_hooks(*d, named);
+}
+
+}  // namespace
+
+Loader::Loader() = default;
+Loader::~Loader() = default;
+
+std::shared_ptr<PluginLibrary> Loader::open(const std::filesystem::path& path, const std::string& context) {
+  const std::filesystem::path absolute = std::filesystem::absolute(path).lexically_normal();
+  if (auto it = libraries_.find(absolute); it != libraries_.end()) return it->second;
+  const std::string who = absolute.string() + " (" + context + ")";
+  check_before_loading(absolute, who);
+  boost::dll::shared_library library = load_library(absolute, who);
+  const kiln_entry* entry = checked_entry(library, who);
+  std::set<std::string> ids;
+  for (size_t i = 0; i < entry->descriptor_count; ++i) check_descriptor(entry->descriptors[i], i, who, ids);
   auto loaded = std::make_shared<PluginLibrary>(std::move(library), entry);
   libraries_.emplace(absolute, loaded);
   return loaded;
