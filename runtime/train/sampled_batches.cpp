@@ -51,6 +51,9 @@ class Fetched final : public BatchStream {
   }
   int64_t size() const override { return static_cast<int64_t>(size_); }
   int64_t first_batch() const override { return request_.plan->first_batch; }
+  int64_t position_after(int64_t batch) const override {
+    return request_.plan->position_after(static_cast<size_t>(batch - request_.plan->first_batch));
+  }
   BatchPtr next() override {
     if (!mover_->moves()) return fetch();
     if (!staged_) stage();

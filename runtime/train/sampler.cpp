@@ -87,46 +87,77 @@ std::vector<int64_t> batch_sizes(int64_t shard, int64_t batch_size, bool drop_la
   return sizes;
 }
 
+// The rest of an epoch saved by a run of another shape, as rounds: round j
+// is a contiguous run of the order, dealt out across the ranks (rank r takes
+// its r-th, (r+world)-th, ... sample), so every round ends at a position of
+// the order — what a checkpoint after it records. Rounds are batch_size x
+// world samples, but the last two share what is left so that every rank has
+// a sample in each (a round smaller than the world is padded only when the
+// rest itself is, or batch_size is 1).
+std::vector<int64_t> rounds_of(int64_t rest, int64_t world, int64_t batch_size) {
+  const int64_t full = batch_size * world;
+  std::vector<int64_t> rounds(static_cast<size_t>(rest / full), full);
+  const int64_t tail = rest % full;
+  if (tail == 0) return rounds;
+  if (tail >= world || rounds.empty() || batch_size == 1) {
+    rounds.push_back(std::max(tail, world));  // padded only below the world
+    return rounds;
+  }
+  rounds.back() = full + tail - world;
+  rounds.push_back(world);
+  return rounds;
+}
+
+BatchPlan cut_unpadded(const SamplerOptions& options, const std::vector<int64_t>& epoch_order, int64_t length) {
+  BatchPlan plan;
+  const int64_t world = std::max<int64_t>(options.world_size, 1);
+  const int64_t start = std::min<int64_t>(options.first_sample, length);
+  plan.first_batch = options.first_sample / (options.batch_size * world);
+  plan.offsets.push_back(0);
+  int64_t at = start;  // where the round starts in the epoch's order
+  const std::vector<int64_t> rounds = rounds_of(length - start, world, options.batch_size);
+  const size_t limit = options.max_batches < 0 ? rounds.size()
+                                               : static_cast<size_t>(std::max<int64_t>(options.max_batches - plan.first_batch, 0));
+  for (size_t j = 0; j < rounds.size() && j < limit; ++j) {
+    for (int64_t i = options.rank; i < rounds[j]; i += world)
+      plan.indices.push_back(epoch_order[(at + i < length ? at + i : at + i - length) % length]);
+    plan.offsets.push_back(plan.indices.size());
+    at += rounds[j];
+    plan.positions.push_back(std::min<int64_t>(at, length));
+  }
+  return plan;
+}
+
 BatchPlan cut(const SamplerOptions& options, std::vector<int64_t> epoch_order, int64_t length) {
+  const bool resumed = options.first_sample > 0;
+  if (resumed && options.saved_elsewhere && options.equal_shards && !options.drop_last)
+    return cut_unpadded(options, epoch_order, length);
   BatchPlan plan;
   const int64_t world = std::max<int64_t>(options.world_size, 1);
   const int64_t start = std::clamp<int64_t>(options.first_sample, 0, length);
-  const bool resumed = options.first_sample > 0;
-  const bool unpadded = resumed && options.saved_elsewhere && options.equal_shards && !options.drop_last;
   // The samples this plan covers: the epoch's order from `start` on.
   std::vector<int64_t> order(epoch_order.begin() + start, epoch_order.end());
   const int64_t rest = length - start;
   if (world > 1 && options.equal_shards) {
     // Padding repeats the order's start, as a whole epoch's does.
-    int64_t total = options.drop_last ? rest / world * world : (rest + world - 1) / world * world;
-    if (unpadded) total = rest == 0 ? 0 : std::max(rest, world);  // every rank needs a sample
+    const int64_t total = options.drop_last ? rest / world * world : (rest + world - 1) / world * world;
     for (int64_t i = rest; i < total; ++i) order.push_back(epoch_order[(i - rest) % length]);
     order.resize(total);
   }
   for (size_t i = static_cast<size_t>(options.rank); i < order.size(); i += static_cast<size_t>(world))
     plan.indices.push_back(order[i]);
-  const int64_t shard = static_cast<int64_t>(plan.indices.size());
-  std::vector<int64_t> sizes = batch_sizes(shard, options.batch_size, options.drop_last);
-  if (unpadded && world > 1 && !order.empty()) {
-    // Shards differ by one sample at most; every rank runs as many batches
-    // as the longest shard. One batch short: the last batch splits in two.
-    const size_t most = batch_sizes((static_cast<int64_t>(order.size()) + world - 1) / world, options.batch_size, false).size();
-    if (sizes.size() + 1 == most && !sizes.empty() && sizes.back() > 1) {
-      const int64_t last = sizes.back();
-      sizes.back() = last - last / 2;
-      sizes.push_back(last / 2);
-    } else if (sizes.size() + 1 == most) {  // batch size 1: a repeated sample
-      plan.indices.push_back(order[0]);
-      sizes.push_back(1);
-    }
-  }
+  const std::vector<int64_t> sizes =
+      batch_sizes(static_cast<int64_t>(plan.indices.size()), options.batch_size, options.drop_last);
   if (resumed) plan.first_batch = options.first_sample / (options.batch_size * world);
   size_t batches = sizes.size();
   if (options.max_batches >= 0)
     batches = std::min<size_t>(batches, static_cast<size_t>(std::max<int64_t>(options.max_batches - plan.first_batch, 0)));
   plan.offsets.reserve(batches + 1);
   plan.offsets.push_back(0);
-  for (size_t b = 0; b < batches; ++b) plan.offsets.push_back(plan.offsets.back() + static_cast<size_t>(sizes[b]));
+  for (size_t b = 0; b < batches; ++b) {
+    plan.offsets.push_back(plan.offsets.back() + static_cast<size_t>(sizes[b]));
+    plan.positions.push_back(options.first_sample + static_cast<int64_t>(b + 1) * options.batch_size * world);
+  }
   plan.indices.resize(plan.offsets.back());
   return plan;
 }

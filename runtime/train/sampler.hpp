@@ -21,6 +21,11 @@ struct BatchPlan {
   // The epoch's batch number of the plan's first batch: 0, or where a
   // resumed epoch continues (the loops number batches from the epoch's start).
   int64_t first_batch = 0;
+  // Training plans: positions[b] is how far the epoch's global order is
+  // trained once every rank has run batch b of the plan — what a checkpoint
+  // after it records (SamplerOptions::first_sample of the run resuming it).
+  std::vector<int64_t> positions;
+  int64_t position_after(size_t b) const { return positions.at(b); }
   size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   const int64_t* batch(size_t b) const { return indices.data() + offsets[b]; }
   size_t batch_size(size_t b) const { return offsets[b + 1] - offsets[b]; }
@@ -29,6 +34,7 @@ struct BatchPlan {
     if (count == 0 || offsets.empty()) return;
     count = std::min(count, size());
     offsets.erase(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(count));
+    if (positions.size() >= count) positions.erase(positions.begin(), positions.begin() + static_cast<std::ptrdiff_t>(count));
     first_batch += static_cast<int64_t>(count);
   }
 };
@@ -56,12 +62,13 @@ struct SamplerOptions {
   //   (batch_size * world_size) batches, padding included.
   // - Saved by a run of another shape (`saved_elsewhere`): the rest is
   //   sharded without padding, so each sample of the epoch is trained once.
-  //   The ranks must still run as many batches each; where the rest does not
-  //   divide so, the ranks one sample short split their last batch in two
-  //   (never a batch larger than batch_size). Only a rest of fewer samples
-  //   than ranks, or batch_size 1, pads a rank with a repeated sample.
-  //   drop_last cuts the rest to whole batches on every rank, as it cuts an
-  //   epoch.
+  //   Each batch index is a round: a contiguous run of the order dealt out
+  //   across the ranks, so the position after every batch is exact. The
+  //   ranks must still run as many batches each: the last two rounds share
+  //   what is left so that every rank has a sample in each (never a batch
+  //   larger than batch_size). Only a rest of fewer samples than ranks, or
+  //   batch_size 1, pads a rank with a repeated sample. drop_last cuts the
+  //   rest to whole batches on every rank, as it cuts an epoch.
   int64_t first_sample = 0;
   bool saved_elsewhere = false;
 };

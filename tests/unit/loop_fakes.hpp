@@ -66,6 +66,7 @@ struct FakeData final : BatchSource {
         : rows_left(rows), batch_size(bs), left(batches), first(first), device(device) {}
     int64_t size() const override { return left; }
     int64_t first_batch() const override { return first; }
+    int64_t position_after(int64_t batch) const override { return (batch + 1) * batch_size; }
     BatchPtr next() override {
       const int64_t rows = std::min(batch_size, rows_left);
       rows_left -= rows;

@@ -275,6 +275,39 @@ TEST(ResumedSampler, EveryRankRunsAsManyBatchesWithoutARepeatedSample) {
       }
 }
 
+// Every batch index of a continuation saved elsewhere ends at a position of
+// the order: all ranks' batches up to it are exactly the order's samples
+// before the position the plan records, so a checkpoint taken after any of
+// them (the last two, which share what is left, included) resumes exactly.
+TEST(ResumedSampler, EveryBatchEndsAtAPositionOfTheOrder) {
+  for (int64_t world : {2, 3, 4})
+    for (int64_t batch : {2, 3, 8})
+      for (int64_t length = 10; length < 70; length += 7) {
+        SamplerOptions options;
+        options.shuffle = false;
+        options.batch_size = batch;
+        options.saved_elsewhere = true;
+        options.first_sample = 3;
+        options.world_size = world;
+        std::vector<BatchPlan> plans;
+        for (int64_t r = 0; r < world; ++r) {
+          options.rank = r;
+          plans.push_back(plan_epoch(options, 0, length));
+        }
+        std::set<int64_t> trained;
+        for (size_t b = 0; b < plans[0].size(); ++b) {
+          for (const BatchPlan& plan : plans) trained.insert(plan.batch(b), plan.batch(b) + plan.batch_size(b));
+          const int64_t position = plans[0].position_after(b);
+          for (const BatchPlan& plan : plans) ASSERT_EQ(plan.position_after(b), position);
+          ASSERT_EQ(static_cast<int64_t>(trained.size()), position - 3)
+              << world << " ranks, batch " << batch << ", length " << length << ", after batch " << b;
+          ASSERT_EQ(*trained.begin(), 3);
+          ASSERT_EQ(*trained.rbegin(), position - 1);
+        }
+        EXPECT_EQ(plans[0].position_after(plans[0].size() - 1), length);
+      }
+}
+
 TEST(ResumedSampler, AnotherBatchSizeTrainsEverySampleExactlyOnce) {
   const std::vector<int> counts = counts_across(240, 2, 8, 5, 3, 5);
   for (int64_t i = 0; i < 240; ++i) ASSERT_EQ(counts[i], 1) << "sample " << i;

@@ -74,6 +74,9 @@ class BatchStream {
   virtual BatchPtr next() = 0;
   // The epoch's number of the stream's first batch (0 unless resumed).
   virtual int64_t first_batch() const = 0;
+  // How far the epoch's global sample order is trained once every rank has
+  // run the epoch's batch `batch` (what a checkpoint after it records).
+  virtual int64_t position_after(int64_t batch) const = 0;
 };
 
 // The data module's splits as the loops read them: sampled, sharded, fetched.

@@ -124,10 +124,6 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
   std::unique_ptr<BatchStream> batches = c.data.open(KILN_SPLIT_TRAIN, settings_.spec, epoch, first_sample);
   const int64_t first_batch = batches->first_batch();
   const int64_t n = batches->size() + first_batch;
-  // Every rank's batches together: how far the epoch's order has been
-  // trained after batch b (what a checkpoint records).
-  const int64_t samples_per_batch = settings_.spec.batch_size * std::max<int64_t>(c.world_size, 1);
-  auto samples_after = [&](int64_t b) { return first_sample + (b + 1 - first_batch) * samples_per_batch; };
   Result result;
   result.batches = n;
   // Batches between validations: a fraction counts the whole epoch's
@@ -155,7 +151,7 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
     // metric ranks by this validation (Lightning's order too).
     if (val_every > 0 && val_every < n && (b + 1) % val_every == 0 && b + 1 < n) validation->validate(epoch, b);
     const std::optional<StopReason> stop =
-        boundary ? policy_.after_step(TrainPosition{epoch, b + 1, c.global_step, samples_after(b)})
+        boundary ? policy_.after_step(TrainPosition{epoch, b + 1, c.global_step, batches->position_after(b)})
                  : stop_.between_steps(single_process);
     if (stop) {
       result.stopped = true;
@@ -165,7 +161,7 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
   }
   c.progress.end();
   result.next_batch = b;
-  result.next_sample = samples_after(b - 1);
+  result.next_sample = b > first_batch ? batches->position_after(b - 1) : first_sample;
   return result;
 }
 
