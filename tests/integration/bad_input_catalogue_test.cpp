@@ -21,23 +21,6 @@ namespace {
 constexpr auto kTimeout = std::chrono::seconds(120);
 const std::filesystem::path kFashionMnist = "/usr/share/datasets/fashion-mnist";
 
-// Every file and directory under `root`: its kind, size, mtime and content hash.
-std::map<std::string, std::string> snapshot(const std::filesystem::path& root) {
-  std::map<std::string, std::string> out;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
-    struct stat st {};
-    ::lstat(entry.path().c_str(), &st);
-    std::string facts = std::to_string(st.st_mode) + " " + std::to_string(st.st_size) + " " +
-                        std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
-    if (entry.is_regular_file()) {
-      const std::string bytes = read_file(entry.path());
-      facts += " " + std::to_string(XXH64(bytes.data(), bytes.size(), 0));
-    }
-    out[std::filesystem::relative(entry.path(), root).string()] = facts;
-  }
-  return out;
-}
-
 std::string bytes_of(const std::filesystem::path& file) { return read_file(file); }
 void put_bytes(const std::filesystem::path& file, const std::string& bytes) {
   std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;

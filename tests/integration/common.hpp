@@ -2,6 +2,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <thread>
 #include <string>
 #include <vector>
+
+#include <xxhash.h>
 
 #include "support/run_process.hpp"
 
@@ -42,6 +45,24 @@ inline std::vector<std::map<std::string, double>> read_metrics(const std::filesy
 // runs): epoch_seconds and the monitors' train/samples_per_sec, train/step_time.
 inline void erase_timings(std::map<std::string, double>& row) {
   for (const char* column : {"epoch_seconds", "train/samples_per_sec", "train/step_time"}) row.erase(column);
+}
+
+// Every file and directory under `root`: its kind, size, mtime and content
+// hash (what "nothing written" is checked against).
+inline std::map<std::string, std::string> snapshot(const std::filesystem::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    struct stat st {};
+    ::lstat(entry.path().c_str(), &st);
+    std::string facts = std::to_string(st.st_mode) + " " + std::to_string(st.st_size) + " " +
+                        std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    if (entry.is_regular_file()) {
+      const std::string bytes = read_file(entry.path());
+      facts += " " + std::to_string(XXH64(bytes.data(), bytes.size(), 0));
+    }
+    out[std::filesystem::relative(entry.path(), root).string()] = facts;
+  }
+  return out;
 }
 
 // `kiln fit MANIFEST EXTRA...`; the timeout is a bound against hangs.
