@@ -1,10 +1,9 @@
 #include "ckpt/checkpoint_meta.hpp"
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
-#include <system_error>
+
+#include "ckpt/section_fields.hpp"
 
 namespace kiln {
 
@@ -15,23 +14,15 @@ namespace {
 // Anything std::stoll would throw std::invalid_argument for is a
 // CheckpointError here: a damaged file is bad input, never a crash.
 int64_t parse_count_in(const std::filesystem::path& path, const std::string& what, std::string_view text) {
-  int64_t value = -1;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || value < 0)
-    throw CheckpointError(path.string() + ": " + what + " is not a non-negative integer (" + shown(text) + ")");
-  return value;
+  const auto value = parse_field_count(text);
+  if (!value) throw CheckpointError(path.string() + ": " + what + " is not a non-negative integer (" + shown(text) + ")");
+  return *value;
 }
 
 CheckpointMeta parse_meta(const std::filesystem::path& path, std::string_view text) {
   CheckpointMeta meta;
-  for (size_t at = 0; at < text.size();) {
-    const size_t end = std::min(text.find('\n', at), text.size());
-    const std::string_view line = text.substr(at, end - at);
-    at = end + 1;
-    const size_t space = line.find(' ');
-    const std::string_view key = line.substr(0, space);
-    const std::string_view value = space == std::string_view::npos ? "" : line.substr(space + 1);
+  const SectionFields fields(path.string() + ": section 'meta'", text);
+  for (const auto& [key, value] : fields.lines()) {
     if (key == "epoch") meta.position.epoch = parse_count_in(path, "the epoch in its metadata", value);
     else if (key == "next_batch") meta.position.next_batch = parse_count_in(path, "the batch in its metadata", value);
     else if (key == "global_step") meta.position.global_step = parse_count_in(path, "the global step in its metadata", value);
@@ -55,18 +46,30 @@ std::string meta_text(const TrainPosition& position, const std::string& monitor,
                       const SavedBy& saved_by) {
   char value[64] = "";
   if (monitored) std::snprintf(value, sizeof value, "%a", *monitored);
-  std::ostringstream out;
-  out << "format " << kCheckpointFormat << "\nkiln " << KILN_VERSION << "\nepoch " << position.epoch
-      << "\nnext_batch " << position.next_batch << "\nglobal_step " << position.global_step << "\nmonitor "
-      << monitor << "\nmonitored " << value << "\n";
+  SectionFieldsWriter out;
+  out.add("format", int64_t{kCheckpointFormat}).add("kiln", KILN_VERSION).add("epoch", position.epoch);
+  out.add("next_batch", position.next_batch).add("global_step", position.global_step);
+  out.add("monitor", monitor).add("monitored", value);
   // Older readers skip keys they do not know.
-  if (position.next_sample >= 0) out << "next_sample " << position.next_sample << "\n";
-  if (saved_by.world_size > 0) out << "world_size " << saved_by.world_size << "\n";
-  if (saved_by.batch_size > 0) out << "batch_size " << saved_by.batch_size << "\n";
-  return out.str();
+  if (position.next_sample >= 0) out.add("next_sample", position.next_sample);
+  if (saved_by.world_size > 0) out.add("world_size", saved_by.world_size);
+  if (saved_by.batch_size > 0) out.add("batch_size", saved_by.batch_size);
+  return out.text();
 }
 
 CheckpointMeta read_meta(const CheckpointFile& file) { return parse_meta(file.path(), file.section("meta")); }
+
+void MetaPart::save(CheckpointSnapshot& snapshot) const {
+  snapshot.add("meta", meta_text(f_.position, f_.monitor, f_.monitored, f_.saved_by));
+  snapshot.add("manifest", f_.manifest_text);
+}
+
+void MetaPart::load(const CheckpointFile& file) {
+  const CheckpointMeta meta = read_meta(file);
+  f_.position = meta.position;
+  f_.saved_by = meta.saved_by;
+  f_.monitored = meta.monitored;
+}
 
 CheckpointMeta read_meta(const CheckpointHead& head) { return parse_meta(head.path, head.meta); }
 

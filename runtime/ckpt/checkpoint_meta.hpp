@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "ckpt/checkpoint_file.hpp"
+#include "ckpt/stateful.hpp"
 
 namespace kiln {
 
@@ -47,6 +48,26 @@ std::string meta_text(const TrainPosition& position, const std::string& monitor,
 CheckpointMeta read_meta(const CheckpointFile& file);
 // The same, from a directory listing's read of the file (no checksum check).
 CheckpointMeta read_meta(const CheckpointHead& head);
+
+// A run's position and description: "meta" (meta_text) and "manifest" (the
+// manifest's text, for `kiln inspect`; a resume reads the run's own).
+// Loading sets the position, the saving run and the monitored value.
+class MetaPart : public Stateful {
+ public:
+  struct Fields {
+    TrainPosition& position;
+    SavedBy& saved_by;
+    const std::string& monitor;
+    std::optional<double>& monitored;
+    const std::string& manifest_text;
+  };
+  explicit MetaPart(Fields fields) : f_(fields) {}
+  void save(CheckpointSnapshot& snapshot) const override;
+  void load(const CheckpointFile& file) override;
+
+ private:
+  Fields f_;
+};
 
 // For readers of a checkpoint's sections: a non-negative decimal integer that
 // is the whole of `text`, or a CheckpointError naming the file and `what`.

@@ -1,30 +1,33 @@
-// What a checkpoint holds of a run, and how it goes back in: parameters,
-// buffers, optimizer state, position (epoch, batch within it, global step),
-// the host RNG, each plugin's own state, metrics. Sections are raw tensor
-// bytes with a one-line header — loading never executes anything.
+// What a checkpoint holds of a run, and how it goes back in: a list of
+// named parts (ckpt/stateful.hpp), each beside its owner — the position and
+// manifest ("meta", "manifest"), parameters and buffers, the optimizer's
+// state and groups, the RNGs, each plugin's own state, the gradient scaler,
+// the metrics. Sections are raw tensor bytes with a one-line header, or
+// text — loading never executes anything.
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
 #include "ckpt/checkpoint_file.hpp"
-#include "common/named_tensors.hpp"
 #include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/checkpoint_writer.hpp"
+#include "ckpt/tensor_sections.hpp"
+#include "common/named_tensors.hpp"
 #include "config/options.hpp"
+#include "metrics/metrics_checkpoint.hpp"
+#include "plugin/plugin_states.hpp"
 #include "train/scaler_state.hpp"
 
 namespace kiln {
 
-using PluginStates = std::map<std::string, std::map<std::string, std::string>>;  // plugin id -> key -> bytes
-
-// Everything a checkpoint carries, as references into the live run.
+// The run as its parts see it: references into the live run, and the
+// exported states (metrics, plugins) a checkpoint carries as they are.
 struct RunStateView {
   TrainPosition position;
   std::string manifest_text;
@@ -38,15 +41,10 @@ struct RunStateView {
   // them ("optim/groups"); a resumed run must have the same.
   std::string optimizer_groups;
   PluginStates plugin_states;
-  std::string metrics_latest;       // MetricStore::export_latest()
-  std::string metrics_pending;      // rank 0's MetricStore::export_pending(), for older kilns
-  // Every rank's unreduced metrics, in rank order (MetricStore::export_state,
-  // TensorMetrics::export_state): an interrupted epoch's metrics, exactly.
-  // Empty when restored from a checkpoint of an older kiln.
-  std::vector<std::string> metrics_state, tensor_metrics_state;
+  // metrics/metrics_checkpoint.hpp: the unreduced per-rank states are empty
+  // when restored from a checkpoint of an older kiln.
+  MetricsSections metrics;
   SavedBy saved_by;                 // this run's world size and batch size
-  std::string csv;                  // metrics.csv so far
-  std::string loggers;              // the other loggers' states (metrics/loggers.hpp): where each file ends
   // 16-mixed's gradient scaler, nullptr in other precisions. A checkpoint
   // without one restores nothing into it (the scaler starts afresh).
   ScalerState* scaler = nullptr;
@@ -55,10 +53,9 @@ struct RunStateView {
   c10::Device device{c10::kCPU};
 };
 
-// The tensor a "param/", "buffer/" or other tensor section holds, as a CPU
-// tensor of its own dtype and shape. Throws CheckpointError naming the file
-// and section when it is absent or not a tensor.
-at::Tensor read_tensor_section(const CheckpointFile& file, const std::string& name);
+// The checkpoint of `state`, owning its bytes (tensors copied to the CPU):
+// the live run may go on while it is written.
+CheckpointSnapshot snapshot_run_state(const RunStateView& state);
 
 // Writes a checkpoint of `state` to `file` with the commit protocol.
 void save_run_state(const std::filesystem::path& file, const RunStateView& state);

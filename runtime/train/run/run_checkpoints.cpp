@@ -28,10 +28,10 @@ RunStateView RunCheckpoints::view(const TrainPosition& position) const {
   view.trainable = &s.trainable;
   view.optimizer_groups = s.optimizer_groups;
   if (!m_.checkpoint.monitor.empty()) view.monitored = parts_.metrics.latest(m_.checkpoint.monitor);
-  view.metrics_latest = parts_.metrics.export_latest();
+  view.metrics.latest = parts_.metrics.export_latest();
   view.saved_by = SavedBy{world_size_, m_.trainer.batch_size};
-  view.csv = parts_.loggers.csv_state();
-  view.loggers = parts_.loggers.states();
+  view.metrics.csv = parts_.loggers.csv_state();
+  view.metrics.loggers = parts_.loggers.states();
   if (m_.trainer.precision == Precision::fp16_mixed) view.scaler = &s.scaler;
   view.device = device_;
   return view;
@@ -39,9 +39,9 @@ RunStateView RunCheckpoints::view(const TrainPosition& position) const {
 
 RunStateView RunCheckpoints::snapshot(const TrainPosition& position, RunMetrics::Unreduced unreduced) const {
   RunStateView out = view(position);
-  out.metrics_pending = RunMetrics::pending_for_older_kilns(unreduced);
-  out.metrics_state = std::move(unreduced.stores);
-  out.tensor_metrics_state = std::move(unreduced.tensors);
+  out.metrics.pending = RunMetrics::pending_for_older_kilns(unreduced);
+  out.metrics.state = std::move(unreduced.stores);
+  out.metrics.tensor_state = std::move(unreduced.tensors);
   for (const PluginInstance* p : parts_.plugins()) out.plugin_states[p->id()] = save_plugin_state(*p);
   return out;
 }
@@ -51,13 +51,13 @@ TrainPosition RunCheckpoints::resume(const std::filesystem::path& file, Command 
   resume_point_ = Checkpointer::restore(file, restored);
   if (command == Command::fit) check_continuation(file, restored.position, restored.saved_by);
   try {
-    parts_.metrics.restore(restored.metrics_latest, restored.metrics_pending,
-                           RunMetrics::Unreduced{restored.metrics_state, restored.tensor_metrics_state}, rank_,
+    parts_.metrics.restore(restored.metrics.latest, restored.metrics.pending,
+                           RunMetrics::Unreduced{restored.metrics.state, restored.metrics.tensor_state}, rank_,
                            world_size_, device_);
   } catch (const std::invalid_argument& e) {
     throw CheckpointError(file.string() + ": its metrics cannot be read (" + e.what() + ")");
   }
-  parts_.loggers.restore(restored.csv, restored.loggers);
+  parts_.loggers.restore(restored.metrics.csv, restored.metrics.loggers);
   for (const PluginInstance* p : parts_.plugins()) {
     auto it = restored.plugin_states.find(p->id());
     if (it != restored.plugin_states.end()) load_plugin_state(*p, it->second);
