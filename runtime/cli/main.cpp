@@ -83,8 +83,12 @@ int inspect_checkpoint(const std::filesystem::path& path) {
   }
   std::cout << "checkpoint " << std::filesystem::absolute(path).string() << " (valid, checksum verified)\n"
             << "  written by:    kiln " << meta.kiln_version << ", format " << kiln::kCheckpointFormat << "\n"
-            << "  position:      epoch " << meta.position.epoch << ", batch " << meta.position.next_batch << "\n"
-            << "  global step:   " << meta.position.global_step << "\n";
+            << "  position:      epoch " << meta.position.epoch << ", batch " << meta.position.next_batch;
+  if (meta.position.next_sample >= 0) std::cout << ", sample " << meta.position.next_sample << " of its order";
+  std::cout << "\n  global step:   " << meta.position.global_step << "\n";
+  if (meta.saved_by.world_size > 0)
+    std::cout << "  saved by:      " << meta.saved_by.world_size << " process" << (meta.saved_by.world_size == 1 ? "" : "es")
+              << ", batch size " << meta.saved_by.batch_size << "\n";
   if (!meta.monitor.empty())
     std::cout << "  monitor:       " << meta.monitor << " = "
               << (meta.monitored ? std::to_string(*meta.monitored) : std::string("(none)")) << "\n";

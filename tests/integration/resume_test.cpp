@@ -65,6 +65,11 @@ TEST_P(WorldSizes, AMidEpochCheckpointContinuesWithEverySampleTrainedOnce) {
   const CheckpointMeta meta = read_meta(CheckpointFile::read(dir / "run" / "checkpoints" / "last.ckpt"));
   EXPECT_EQ(meta.position.next_sample, steps * 8 * from);
   EXPECT_EQ(meta.saved_by.world_size, from);
+  const ProcessResult inspected = kiln({"inspect", (dir / "run" / "checkpoints" / "last.ckpt").string()});
+  EXPECT_NE(inspected.output.find("sample " + std::to_string(steps * 8 * from) + " of its order"), std::string::npos)
+      << inspected.output;
+  EXPECT_NE(inspected.output.find(std::string("saved by:      ") + std::to_string(from) + " process"), std::string::npos)
+      << inspected.output;
   const ProcessResult resumed = kiln_fit(m, with(processes(to), {"--resume", "last"}));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("continues from sample " + std::to_string(steps * 8 * from)), std::string::npos)
