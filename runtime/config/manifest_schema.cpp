@@ -21,6 +21,7 @@
 #include "config/text.hpp"
 #include "kiln/detail/suggest.hpp"
 #include "metrics/logger_names.hpp"
+#include "util/shortest_double.hpp"
 
 namespace kiln {
 
@@ -315,14 +316,7 @@ std::vector<KeySchema> declare_plugin_host_keys() {
 }  // namespace
 
 std::string float_text(double d) {
-  char buffer[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof buffer, "%.*g", precision, d);
-    const bool exponent = std::strchr(buffer, 'e') != nullptr;
-    if (exponent && std::fabs(d) >= 1e-4 && std::fabs(d) < 1e15) continue;  // 60.0, not 6e+01
-    if (std::strtod(buffer, nullptr) == d) break;
-  }
-  std::string out = buffer;
+  std::string out = shortest_double(d, /*plain=*/true);  // 60.0, not 6e+01
   if (out.find_first_of(".en") == std::string::npos) out += ".0";
   return out;
 }

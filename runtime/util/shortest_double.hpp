@@ -8,6 +8,8 @@
 namespace kiln {
 
 // `value` must be finite (callers decide how to spell nan and inf).
-std::string shortest_double(double value);
+// `plain`: no exponent where a person expects none (1e-4 <= |value| < 1e15:
+// 60, not 6e+01), for documentation.
+std::string shortest_double(double value, bool plain = false);
 
 }  // namespace kiln
