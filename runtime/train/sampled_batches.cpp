@@ -174,7 +174,12 @@ std::unique_ptr<BatchStream> SampledBatches::open(kiln_split split, const EpochS
   const int64_t n = length(split);
   SamplerOptions options = sampler_options(settings_, split, spec, n);
   options.first_sample = first_sample;  // a resumed epoch continues where it stopped
-  options.saved_elsewhere = split == KILN_SPLIT_TRAIN && epoch == saved_elsewhere_epoch_;
+  // A position that is not a whole number of this run's steps was reached by
+  // a run of another shape too (one that itself continued a checkpoint of
+  // another shape, then saved again): it continues the same unpadded way.
+  const int64_t step_samples = spec.batch_size * std::max<int64_t>(options.world_size, 1);
+  options.saved_elsewhere = split == KILN_SPLIT_TRAIN &&
+                            (epoch == saved_elsewhere_epoch_ || (first_sample > 0 && first_sample % step_samples != 0));
   BatchPlan plan = plan_epoch(options, epoch, n, orders_);
   if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
     spdlog::debug("epoch 0 order starts {} {} {} {} {}", plan.indices[0], plan.indices[1], plan.indices[2],

@@ -97,6 +97,23 @@ TEST(Resume, AnotherBatchSizeAndAnUnevenSplitTrainEverySampleOnce) {
   for (int64_t i = 0; i < 241; ++i) ASSERT_EQ(counts[i], 1) << "sample " << i;
 }
 
+// A chain: 2 processes stop inside the epoch, 3 continue and stop again
+// (at sample 128, not a whole number of their 24-sample steps), 3 finish.
+// The last run has the shape of the run that saved, yet its epoch was
+// begun by another: it continues unpadded too, each sample once.
+TEST(Resume, AChainOfResumesAcrossShapesTrainsEverySampleOnce) {
+  TempDir dir;
+  const auto m = probe_manifest(dir, "", 241);
+  ASSERT_EQ(kiln_fit(m, {"-n", "2", "--set", "trainer.max_steps=5"}).exit_code, 0);
+  const ProcessResult second = kiln_fit(m, {"-n", "3", "--resume", "last", "--set", "trainer.max_steps=7"});
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  ASSERT_EQ(read_meta(CheckpointFile::read(dir / "run" / "checkpoints" / "last.ckpt")).position.next_sample, 128);
+  const ProcessResult third = kiln_fit(m, {"-n", "3", "--resume", "last"});
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  const std::vector<int> counts = trained_counts(dir, 241);
+  for (int64_t i = 0; i < 241; ++i) ASSERT_EQ(counts[i], 1) << "sample " << i;
+}
+
 // What cannot be continued exactly is refused: one line naming the
 // checkpoint, exit 2, and the run directory as it was.
 TEST(Resume, AStepThatWouldStraddleTheCheckpointIsRefusedWithNothingWritten) {
