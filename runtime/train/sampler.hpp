@@ -29,14 +29,6 @@ struct BatchPlan {
   size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   const int64_t* batch(size_t b) const { return indices.data() + offsets[b]; }
   size_t batch_size(size_t b) const { return offsets[b + 1] - offsets[b]; }
-  // Removes the first `count` batches (a resumed epoch skips what it ran).
-  void drop_front(size_t count) {
-    if (count == 0 || offsets.empty()) return;
-    count = std::min(count, size());
-    offsets.erase(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(count));
-    if (positions.size() >= count) positions.erase(positions.begin(), positions.begin() + static_cast<std::ptrdiff_t>(count));
-    first_batch += static_cast<int64_t>(count);
-  }
 };
 
 struct SamplerOptions {
