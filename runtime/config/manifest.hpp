@@ -149,6 +149,11 @@ struct LoggingConfig {
   std::vector<std::string> loggers{"csv"};
 };
 
+// Whole-split metrics (docs/metrics.md).
+struct MetricsConfig {
+  int64_t collect_limit_mib = 0;  // 0: an eighth of the machine's memory
+};
+
 struct Manifest {
   std::filesystem::path file;       // the manifest itself (absolute)
   std::string text;                 // the manifest as read, with overrides applied (for checkpoints)
@@ -162,6 +167,7 @@ struct Manifest {
   CheckpointConfig checkpoint;
   DistributedConfig distributed;
   LoggingConfig logging;
+  MetricsConfig metrics;
 };
 
 // Where bare plugin names (`path = "kiln_mlp"`) are looked up, in order.

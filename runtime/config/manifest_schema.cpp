@@ -289,12 +289,22 @@ TableSchema declare_logging_table() {
   return logging.done();
 }
 
+TableSchema declare_metrics_table() {
+  TableDeclaration<MetricsConfig> metrics("metrics", &Manifest::metrics,
+                                          "Metrics over a whole split from collected rows (docs/metrics.md)");
+  metrics.key("collect_limit_mib", &MetricsConfig::collect_limit_mib,
+              "the most a split's collected rows may take over all ranks, in MiB (every rank holds all of them at "
+              "the epoch's end); 0 = an eighth of the machine's memory")
+      .at_least(0);
+  return metrics.done();
+}
+
 // In the order of the reference: an array of tables right after the table
 // that holds it.
 std::vector<TableSchema> declare_schema() {
   return {declare_run_table(),       declare_trainer_table(),    declare_optimizer_table(),
           declare_optimizer_groups_table(), declare_scheduler_table(), declare_checkpoint_table(),
-          declare_distributed_table(), declare_logging_table()};
+          declare_distributed_table(), declare_logging_table(), declare_metrics_table()};
 }
 
 std::vector<KeySchema> declare_plugin_host_keys() {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -406,6 +407,37 @@ std::vector<std::string> ProcessGroup::all_gather_text(const std::string& text) 
       const std::vector<uint8_t> value = store_->get(key);
       out[r].assign(value.begin(), value.end());
     }
+    return out;
+  });
+}
+
+// Large payloads (collected rows) go through Gloo, not the store: the store
+// keeps every value it was given, and its one server is rank 0.
+std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes) {
+  return collective("the gather of collected rows", [&] {
+    at::Tensor sizes = at::zeros({world_size_}, at::kLong);
+    sizes.data_ptr<int64_t>()[rank_] = static_cast<int64_t>(bytes.size());
+    {
+      std::vector<at::Tensor> one{sizes};
+      c10d::AllreduceOptions options;
+      options.reduceOp = c10d::ReduceOp::SUM;
+      options.timeout = timeout_;
+      wait(control_->allreduce(one, options), "the sizes of the collected rows");
+    }
+    const int64_t* size = sizes.data_ptr<int64_t>();
+    const int64_t longest = *std::max_element(size, size + world_size_);
+    std::vector<std::string> out(world_size_);
+    if (longest == 0) return out;
+    at::Tensor mine = at::zeros({longest}, at::kByte);
+    std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
+    std::vector<std::vector<at::Tensor>> gathered(1);
+    for (int r = 0; r < world_size_; ++r) gathered[0].push_back(at::empty({longest}, at::kByte));
+    std::vector<at::Tensor> inputs{mine};
+    c10d::AllgatherOptions options;
+    options.timeout = timeout_;
+    wait(control_->allgather(gathered, inputs, options), "the gather of collected rows");
+    for (int r = 0; r < world_size_; ++r)
+      out[r].assign(static_cast<const char*>(gathered[0][r].data_ptr()), static_cast<size_t>(size[r]));
     return out;
   });
 }

@@ -68,6 +68,9 @@ class ProcessGroup {
   // Every rank's `text`, indexed by rank. Goes through the store, so it works
   // for values of any length and never depends on tensor shapes agreeing.
   std::vector<std::string> all_gather_text(const std::string& text);
+  // Every rank's `bytes`, indexed by rank, through the Gloo control group
+  // (for payloads too large for the store: collected rows).
+  std::vector<std::string> all_gather_bytes(const std::string& bytes);
 
  private:
   // Counts this rank in and waits, until `deadline`, for all the others.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -11,13 +12,20 @@
 namespace kiln {
 
 void MetricStore::record(const std::string& name, double value, double weight, uint32_t flags) {
+  if ((flags & KILN_METRIC_REDUCE_MASK) > KILN_METRIC_REDUCE_MIN)
+    throw std::invalid_argument("unknown reduction for metric '" + name + "'");
   record_accumulated(name, flags, value * weight, weight, value, 1);
+}
+
+void MetricStore::record_given(const std::string& name, double value, uint32_t flags) {
+  record_accumulated(name, (flags & ~KILN_METRIC_REDUCE_MASK) | kReduceGiven, value, 1.0, value, 1);
 }
 
 void MetricStore::record_accumulated(const std::string& name, uint32_t flags, double weighted_sum, double weight,
                                      double extreme, int64_t count) {
   const uint32_t reduce = flags & KILN_METRIC_REDUCE_MASK;
-  if (reduce > KILN_METRIC_REDUCE_MIN) throw std::invalid_argument("unknown reduction for metric '" + name + "'");
+  if (reduce > KILN_METRIC_REDUCE_MIN && reduce != kReduceGiven)
+    throw std::invalid_argument("unknown reduction for metric '" + name + "'");
   if (count <= 0) return;
   auto [it, inserted] = pending_.try_emplace(name);
   Accumulator& a = it->second;
@@ -27,6 +35,12 @@ void MetricStore::record_accumulated(const std::string& name, uint32_t flags, do
     a.extreme = extreme;
   } else if (a.reduce != reduce) {
     throw std::invalid_argument("metric '" + name + "' was recorded with two different reductions in one epoch");
+  }
+  if (reduce == kReduceGiven) {  // the last value counts
+    a.sum = a.extreme = extreme;
+    a.weight = 1.0;
+    a.count += count;
+    return;
   }
   a.sum += weighted_sum;
   a.weight += weight;
@@ -39,7 +53,8 @@ double MetricStore::value_of(const Accumulator& a) {
   switch (a.reduce) {
     case KILN_METRIC_REDUCE_SUM: return a.sum;
     case KILN_METRIC_REDUCE_MAX:
-    case KILN_METRIC_REDUCE_MIN: return a.extreme;
+    case KILN_METRIC_REDUCE_MIN:
+    case kReduceGiven: return a.extreme;
     default: return a.weight > 0 ? a.sum / a.weight : 0.0;
   }
 }
@@ -84,6 +99,7 @@ std::map<std::string, double> MetricStore::reduce_merged(const std::vector<std::
   std::map<std::string, std::vector<size_t>> holders;
   // name -> reduction -> ranks: one metric must be reduced one way everywhere.
   std::map<std::string, std::map<unsigned, std::string>> reductions;
+  std::map<std::string, std::string> differing;  // whole-split values unlike the first rank's
   for (size_t rank = 0; rank < per_rank.size(); ++rank) {
     std::istringstream in(per_rank[rank]);
     for (std::string line; std::getline(in, line);) {
@@ -94,7 +110,10 @@ std::map<std::string, double> MetricStore::reduce_merged(const std::vector<std::
       ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
       auto [it, inserted] = merged.try_emplace(name, r);
       Accumulator& a = it->second;
-      if (!inserted) {
+      if (!inserted && r.reduce == kReduceGiven) {
+        if (std::memcmp(&a.extreme, &r.extreme, sizeof(double)) != 0)
+          differing[name] += (differing[name].empty() ? "" : ", ") + std::to_string(rank);
+      } else if (!inserted) {
         a.sum += r.sum;
         a.weight += r.weight;
         a.count += r.count;
@@ -107,15 +126,20 @@ std::map<std::string, double> MetricStore::reduce_merged(const std::vector<std::
   // Every rank sees the same gathered lines, so every rank refuses alike.
   for (const auto& [name, ways] : reductions) {
     if (ways.size() < 2) continue;
-    static const char* const kNames[] = {"mean", "sum", "max", "min"};
+    static const char* const kNames[] = {"mean", "sum", "max", "min", "a whole-split value"};
     std::string text;
     for (const auto& [reduce, ranks] : ways)
-      text += (text.empty() ? "" : " and as ") + std::string(reduce < 4 ? kNames[reduce] : "?") + " on rank(s) " + ranks;
+      text += (text.empty() ? "" : " and as ") + std::string(reduce <= kReduceGiven ? kNames[reduce] : "?") + " on rank(s) " + ranks;
     pending_.clear();
     throw std::runtime_error("metric '" + name + "' is reduced as " + text +
                              ": ranks must log a metric with the same reduction (the values cannot be combined)");
   }
   std::map<std::string, double> out;
+  for (const auto& [name, ranks] : differing)
+    if (missing)
+      missing->push_back("metric '" + name + "' was logged in on_epoch_end with another value on rank(s) " + ranks +
+                         " than on the first rank: compute a whole-split value from the collected rows only (kept: "
+                         "the first rank's)");
   for (const auto& [name, a] : merged) {
     out[name] = latest_[name] = value_of(a);
     const auto& have = holders[name];

@@ -16,6 +16,12 @@ class MetricStore {
   // Records one value (main thread). A metric's reduction is fixed by its
   // first record in an epoch; a different one later is an error.
   void record(const std::string& name, double value, double weight, uint32_t flags);
+  // A whole-split value (logged in on_epoch_end from every rank's collected
+  // rows, docs/metrics.md): taken as it is, the last one in an epoch, never
+  // averaged; across ranks the lowest rank's is kept, and a rank whose value
+  // differs is named (it did not compute from the collected rows alone).
+  static constexpr uint32_t kReduceGiven = 4;
+  void record_given(const std::string& name, double value, uint32_t flags);
   // Adds what was accumulated elsewhere (metrics/tensor_metrics: values
   // recorded as tensors): `weighted_sum` is the sum of value * weight over
   // `count` values of total weight `weight`, `extreme` their max or min.

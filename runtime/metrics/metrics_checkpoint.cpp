@@ -10,6 +10,7 @@ void MetricsPart::save(CheckpointSnapshot& snapshot) const {
     snapshot.add("metrics/tensor_state/" + std::to_string(r), s_.tensor_state[r]);
   snapshot.add("metrics/csv", s_.csv);
   if (!s_.loggers.empty()) snapshot.add("metrics/loggers", s_.loggers);  // absent: csv only, as before
+  if (!s_.collected.empty()) snapshot.add("metrics/collected/train", s_.collected);
 }
 
 void MetricsPart::load(const CheckpointFile& file) {
@@ -29,6 +30,7 @@ void MetricsPart::load(const CheckpointFile& file) {
                           " ranks but was saved by " + std::to_string(saved_by_.world_size));
   s_.csv = std::string(file.section("metrics/csv"));
   s_.loggers = file.has("metrics/loggers") ? std::string(file.section("metrics/loggers")) : "";
+  s_.collected = file.has("metrics/collected/train") ? std::string(file.section("metrics/collected/train")) : "";
 }
 
 }  // namespace kiln

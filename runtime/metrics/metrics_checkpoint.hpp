@@ -19,6 +19,7 @@ struct MetricsSections {
   std::string latest, pending;
   std::vector<std::string> state, tensor_state;  // per rank
   std::string csv, loggers;
+  std::string collected;  // "metrics/collected/train": an interrupted epoch's collected rows (absent: none)
 };
 
 class MetricsPart : public Stateful {

@@ -107,6 +107,23 @@ void log_metric_tensor(const kiln_host* host, const char* name, const kiln_tenso
   }
 }
 
+kiln_error* collect(const kiln_host* host, const char* name, const kiln_tensor* rows) noexcept {
+  try {
+    if (name == nullptr || rows == nullptr) return make_error("collect: the name or the rows are NULL");
+    const std::string problem =
+        self(host).run()->collect(self(host).plugin_id(), self(host).on_main_thread(), name, borrow_tensor(rows));
+    return problem.empty() ? nullptr : make_error(problem, KILN_ERROR_FAILED_PRECONDITION);
+  } catch (const std::exception& e) {
+    try {
+      return make_error(std::string("collect('") + name + "') failed: " + e.what());
+    } catch (...) {
+      return nullptr;
+    }
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 // A data module sees one process (abi.h): the host shards, never the data module.
 int32_t rank(const kiln_host* host) noexcept { return self(host).sees_ranks() ? self(host).run()->rank() : 0; }
 int32_t world_size(const kiln_host* host) noexcept {
@@ -339,6 +356,7 @@ PluginHost::PluginHost(std::string plugin_id, RunServices* run, bool sees_ranks)
   table_.state_read = &state_read;
   table_.error_new_code = &error_new_code;
   table_.log_metric_tensor = &log_metric_tensor;
+  table_.collect = &collect;
 }
 
 }  // namespace kiln

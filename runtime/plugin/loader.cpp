@@ -335,6 +335,8 @@ PluginReport describe_plugin(const kiln_descriptor& d, const kiln_entry& entry) 
     add("validation_step", reinterpret_cast<const void*>(h.validation_step));
     add("test_step", reinterpret_cast<const void*>(h.test_step));
     add("predict_step", reinterpret_cast<const void*>(h.predict_step));
+    if (KILN_HAS_FIELD(&h, kiln_model_hooks, on_epoch_end))
+      add("on_epoch_end", reinterpret_cast<const void*>(h.on_epoch_end));
   } else if (d.kind == KILN_KIND_DATA_MODULE) {
     const auto& h = *static_cast<const kiln_data_hooks*>(d.hooks);
     add("prepare_data", reinterpret_cast<const void*>(h.prepare_data));
@@ -350,6 +352,8 @@ PluginReport describe_plugin(const kiln_descriptor& d, const kiln_entry& entry) 
     add("on_validation_start", reinterpret_cast<const void*>(h.on_validation_start));
     add("on_validation_end", reinterpret_cast<const void*>(h.on_validation_end));
     add("on_test_end", reinterpret_cast<const void*>(h.on_test_end));
+    if (KILN_HAS_FIELD(&h, kiln_callback_hooks, on_epoch_collected))
+      add("on_epoch_collected", reinterpret_cast<const void*>(h.on_epoch_collected));
   }
   return r;
 }

@@ -33,6 +33,15 @@ struct LoadedPlugin {
   const kiln_callback_hooks& callback_hooks() const {
     return *static_cast<const kiln_callback_hooks*>(descriptor->hooks);
   }
+  // ABI 1.2's hooks, NULL when the plugin's table predates them.
+  decltype(kiln_model_hooks::on_epoch_end) model_on_epoch_end() const {
+    const auto* h = static_cast<const kiln_model_hooks*>(descriptor->hooks);
+    return KILN_HAS_FIELD(h, kiln_model_hooks, on_epoch_end) ? h->on_epoch_end : nullptr;
+  }
+  decltype(kiln_callback_hooks::on_epoch_collected) callback_on_epoch_collected() const {
+    const auto* h = static_cast<const kiln_callback_hooks*>(descriptor->hooks);
+    return KILN_HAS_FIELD(h, kiln_callback_hooks, on_epoch_collected) ? h->on_epoch_collected : nullptr;
+  }
 };
 
 // What `kiln inspect` shows of one descriptor.

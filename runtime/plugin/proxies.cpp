@@ -75,6 +75,13 @@ at::Tensor ModelProxy::predict_step(kiln_batch& batch, int64_t batch_index) {
   return adopt_tensor(out);
 }
 
+void ModelProxy::on_epoch_end(kiln_split split, const kiln_batch& collected) {
+  const auto hook = model_.plugin().model_on_epoch_end();
+  if (hook == nullptr) return;
+  InHook in(activity_, "on_epoch_end");
+  model_.check(hook(model_.instance(), split, &collected), "on_epoch_end");
+}
+
 ModelProxy::Tensors ModelProxy::parameters() {
   struct Visit {
     Tensors tensors;
@@ -114,6 +121,16 @@ CallbackSet::CallbackSet(const std::vector<std::unique_ptr<PluginInstance>>& cal
     const CallbackHook hook = hook_of(static_cast<Event>(e));
     for (const auto& cb : callbacks)
       if (kiln_callback_hook fn = cb->plugin().callback_hooks().*hook) hooked_[e].push_back({cb.get(), fn});
+  }
+  for (const auto& cb : callbacks)
+    if (cb->plugin().callback_on_epoch_collected()) collected_.push_back(cb.get());
+}
+
+void CallbackSet::epoch_collected(const kiln_progress& progress, kiln_split split, const kiln_batch& collected) {
+  for (PluginInstance* cb : collected_) {
+    InHook in(activity_, "on_epoch_collected");
+    cb->check(cb->plugin().callback_on_epoch_collected()(cb->instance(), &progress, split, &collected),
+              "on_epoch_collected");
   }
 }
 

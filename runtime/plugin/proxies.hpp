@@ -27,6 +27,9 @@ class ModelProxy final : public StepModel {
   at::Tensor training_step(kiln_batch& batch, int64_t batch_index) override;
   void evaluation_step(kiln_split split, kiln_batch& batch, int64_t batch_index) override;
   at::Tensor predict_step(kiln_batch& batch, int64_t batch_index) override;
+  // ABI 1.2: the end of an epoch of `split`, with every rank's collected rows.
+  bool has_epoch_end() const { return model_.plugin().model_on_epoch_end() != nullptr; }
+  void on_epoch_end(kiln_split split, const kiln_batch& collected);
 
   // The model's parameters and buffers, as it reports them.
   struct Tensors {
@@ -60,6 +63,9 @@ class CallbackSet final : public EventSink {
  public:
   CallbackSet(const std::vector<std::unique_ptr<PluginInstance>>& callbacks, Activity* activity);
   void notify(Event event, const kiln_progress& progress) override;
+  // ABI 1.2: on_epoch_collected, in manifest order.
+  bool wants_collections() const { return !collected_.empty(); }
+  void epoch_collected(const kiln_progress& progress, kiln_split split, const kiln_batch& collected);
 
  private:
   struct Hooked {
@@ -70,6 +76,7 @@ class CallbackSet final : public EventSink {
   // found once: an event no callback implements (on_train_batch_end, every
   // step, usually) costs a look at an empty list.
   std::array<std::vector<Hooked>, static_cast<size_t>(Event::fit_end) + 1> hooked_;
+  std::vector<PluginInstance*> collected_;  // callbacks with on_epoch_collected
   Activity* activity_;
 };
 

@@ -24,6 +24,14 @@ class RunServices {
   virtual void request_stop(const std::string& plugin_id, const char* reason) = 0;
   virtual int32_t rank() const = 0;
   virtual int32_t world_size() const = 0;
+  // kiln_host.collect: "" or why `rows` are refused (the run also fails the
+  // step with it). `main_thread`: whether the caller is on the run's main
+  // thread.
+  virtual std::string collect(const std::string& plugin_id, bool main_thread, const char* name,
+                              const at::Tensor& rows) {
+    (void)plugin_id, (void)main_thread, (void)name, (void)rows;
+    return "collecting rows is not available here";
+  }
 };
 
 }  // namespace kiln

@@ -54,6 +54,10 @@ class Fetched final : public BatchStream {
   int64_t position_after(int64_t batch) const override {
     return request_.plan->position_after(static_cast<size_t>(batch - request_.plan->first_batch));
   }
+  std::vector<int64_t> sample_indices(int64_t batch) const override {
+    const auto b = static_cast<size_t>(batch - request_.plan->first_batch);
+    return std::vector<int64_t>(request_.plan->batch(b), request_.plan->batch(b) + request_.plan->batch_size(b));
+  }
   BatchPtr next() override {
     if (!mover_->moves()) return fetch();
     if (!staged_) stage();

@@ -6,6 +6,7 @@
  *   STUB_SMALL_STRUCT    kiln_entry.struct_size smaller than ABI 1.0's
  *   STUB_OTHER_TORCH     claims it was built against LibTorch 0.1
  *   STUB_ID              overrides the plugin id (default "test.c_stub")
+ *   STUB_ABI_1_0         built against the frozen 1.0 header (tests/abi/v1_0)
  * With no defect it is a valid callback that does nothing. */
 #include <stddef.h>
 
@@ -31,7 +32,11 @@ static void stub_destroy(kiln_instance* self) { (void)self; }
 
 static const kiln_lifecycle lifecycle = {sizeof(kiln_lifecycle), stub_create, NULL, NULL, NULL, NULL, NULL, stub_destroy};
 
+#ifdef STUB_ABI_1_0 /* built against tests/abi/v1_0's frozen header: 8 hooks */
 static const kiln_callback_hooks hooks = {sizeof(kiln_callback_hooks), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+#else
+static const kiln_callback_hooks hooks = {sizeof(kiln_callback_hooks), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+#endif
 
 #ifdef STUB_OTHER_TORCH
 #define STUB_TORCH "0.1"

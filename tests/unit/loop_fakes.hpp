@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "metrics/collection.hpp"
 #include "metrics/metric_store.hpp"
 #include "metrics/tensor_metrics.hpp"
 #include "plugin/host_objects.hpp"
@@ -38,9 +39,15 @@ struct FakeModel final : StepModel {
   bool has_step(kiln_split split) const override {
     return split == KILN_SPLIT_VAL ? has_val : split == KILN_SPLIT_TEST ? has_test : true;
   }
+  Collection* collect_into = nullptr;  // set: the step collects its outputs, as a plugin would
   at::Tensor training_step(kiln_batch& batch, int64_t b) override {
     calls.push_back("train " + std::to_string(b));
-    return net->forward(batch.tensors[0].second).pow(2).mean();
+    const at::Tensor out = net->forward(batch.tensors[0].second);
+    if (collect_into) {
+      const std::string problem = collect_into->add("out", out);
+      if (!problem.empty()) throw std::runtime_error(problem);
+    }
+    return out.pow(2).mean();
   }
   void evaluation_step(kiln_split split, kiln_batch&, int64_t b) override {
     calls.push_back(std::string(split_name(split)) + " " + std::to_string(b));
@@ -62,11 +69,17 @@ struct FakeData final : BatchSource {
   struct Stream final : BatchStream {
     int64_t rows_left, batch_size, left, first;
     c10::Device device;
+    int64_t total;  // the split's rows
     Stream(int64_t rows, int64_t bs, int64_t batches, int64_t first, c10::Device device)
-        : rows_left(rows), batch_size(bs), left(batches), first(first), device(device) {}
+        : rows_left(rows), batch_size(bs), left(batches), first(first), device(device), total(first * bs + rows) {}
     int64_t size() const override { return left; }
     int64_t first_batch() const override { return first; }
     int64_t position_after(int64_t batch) const override { return (batch + 1) * batch_size; }
+    std::vector<int64_t> sample_indices(int64_t batch) const override {
+      std::vector<int64_t> out;
+      for (int64_t i = batch * batch_size; i < std::min(total, (batch + 1) * batch_size); ++i) out.push_back(i);
+      return out;
+    }
     BatchPtr next() override {
       const int64_t rows = std::min(batch_size, rows_left);
       rows_left -= rows;
@@ -91,6 +104,25 @@ struct FakeData final : BatchSource {
                                     device);
   }
   [[noreturn]] void refuse_empty(kiln_split, const std::string& message) override { throw std::runtime_error(message); }
+};
+
+// The loops' collector in one process: the rows of each epoch, merged as
+// the host merges every rank's.
+struct FakeCollector final : StepCollector {
+  Collection collection;
+  std::vector<int64_t> rows_per_epoch;
+  void begin_step(kiln_split, std::vector<int64_t> indices, int64_t batch) override {
+    collection.begin_step(indices.data(), indices.size(), batch);
+  }
+  void end_step(kiln_split) override {
+    const std::string problem = collection.end_step();
+    if (!problem.empty()) throw std::runtime_error(problem);
+  }
+  void end_epoch(kiln_split, const kiln_progress&) override {
+    const auto merged = merge_collections({collection.serialize()});
+    collection.clear();
+    rows_per_epoch.push_back(merged.front().second.size(0));
+  }
 };
 
 struct FakeEvents final : EventSink {

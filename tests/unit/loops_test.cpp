@@ -143,10 +143,15 @@ TEST(FitLoopTest, TheTrainingStepReadsNothingBackFromTheDevice) {
   fit.metrics.on_device.emplace(/*defer_cpu=*/true);
   fit.settings.training.gradient_clip_val = 0.5;
   fit.settings.training.accumulate_grad_batches = 2;
+  // Collected rows (ABI 1.2's collect) are copied without a read-back too.
+  FakeCollector collector;
+  fit.context.collector = &collector;
+  fit.model.collect_into = &collector.collection;
   HostReads reads;
   const TrainPosition end = fit.run();
   EXPECT_EQ(text(end), "3/0/6");
   EXPECT_EQ(reads.count(), 0) << "no item() anywhere in the loop";
+  EXPECT_EQ(collector.rows_per_epoch, (std::vector<int64_t>{10, 10, 10})) << "every epoch's rows, merged";
   EXPECT_EQ(fit.metrics.on_device->device_reads(), 3) << "one copy of the pending metrics per epoch end, none per step";
   ASSERT_EQ(fit.control.rows.size(), 3u);
   EXPECT_GT(fit.control.rows[0].at("train/loss"), 0.0);

@@ -134,10 +134,13 @@ TEST(SdkMetrics, NothingPastTheOneDotZeroTableIsRead) {
 }
 
 TEST(SdkErrors, FrozenOneDotZeroSizesAreTheFloor) {
-  // 1.1 grew the host table only; the plugin tables keep their 1.0 size.
+  // 1.1 grew the host table; 1.2 the host, model and callback tables (at
+  // their ends); the data hooks keep their 1.0 size.
   EXPECT_LT(KILN_HOST_STRUCT_SIZE_1_0, sizeof(kiln_host));
   EXPECT_EQ(KILN_DATA_HOOKS_STRUCT_SIZE_1_0, sizeof(kiln_data_hooks));
-  EXPECT_EQ(KILN_MODEL_HOOKS_STRUCT_SIZE_1_0, sizeof(kiln_model_hooks));
+  EXPECT_EQ(KILN_MODEL_HOOKS_STRUCT_SIZE_1_0, offsetof(kiln_model_hooks, on_epoch_end));
+  EXPECT_EQ(KILN_CALLBACK_HOOKS_STRUCT_SIZE_1_0, offsetof(kiln_callback_hooks, on_epoch_collected));
+  EXPECT_EQ(KILN_STRUCT_SIZE(kiln_host, log_metric_tensor), offsetof(kiln_host, collect));
   EXPECT_EQ(KILN_ENTRY_STRUCT_SIZE_1_0, sizeof(kiln_entry));
 }
 

@@ -33,10 +33,13 @@ std::map<std::string, double> EvaluationLoop::run(int64_t epoch) {
     for (int64_t b = 0; b < n; ++b) {
       c.control.check_signal();
       BatchPtr batch = batches->next();
+      if (c.collector) c.collector->begin_step(split_, batches->sample_indices(b), b);
       c.model.evaluation_step(split_, *batch, b);
+      if (c.collector) c.collector->end_step(split_);
       c.progress.step(b);
     }
     c.progress.end();
+    if (c.collector) c.collector->end_epoch(split_, c.progress_at(stage, epoch, -1));
   }
   auto metrics = c.metrics.reduce();
   if (standalone_ || !is_val) spdlog::info("{}:{}", split_name(split_), format_metrics(metrics));

@@ -46,6 +46,9 @@ bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
   TrainingEpochLoop::MidEpochValidation mid_epoch{settings_.val_check_interval,
                                                   [this](int64_t e, int64_t b) { validate_mid_epoch(e, b); }};
   const auto result = epoch_loop_.run(epoch, first_sample, validating_epoch ? &mid_epoch : nullptr);
+  // The epoch's collected rows, before its metrics are reduced: what
+  // on_epoch_end logs is in the epoch's row.
+  if (c.collector) c.collector->end_epoch(KILN_SPLIT_TRAIN, c.progress_at(KILN_STAGE_FIT, epoch, -1));
   // After the metrics are read back: on a GPU that copy waits for the
   // epoch's queued work, so the time is the device's, not the launches'.
   LogRow row{LogRow::Kind::epoch, epoch, 0, c.metrics.reduce()};

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -77,6 +78,9 @@ class BatchStream {
   // How far the epoch's global sample order is trained once every rank has
   // run the epoch's batch `batch` (what a checkpoint after it records).
   virtual int64_t position_after(int64_t batch) const = 0;
+  // The sample indices of the epoch's batch `batch` on this rank (what a
+  // model's collected rows are tagged with).
+  virtual std::vector<int64_t> sample_indices(int64_t batch) const = 0;
 };
 
 // The data module's splits as the loops read them: sampled, sharded, fetched.
@@ -109,6 +113,23 @@ class MetricSink {
   // reduce() sees only its own records, and taken back after it.
   virtual void set_aside() = 0;
   virtual void take_back() = 0;
+};
+
+// Per-sample rows that the model's steps collect (kiln_host.collect), and
+// the epoch's end, where every rank's rows are gathered and handed to the
+// model's on_epoch_end and the callbacks' on_epoch_collected
+// (docs/metrics.md). The host's is EpochCollections (train/run); a loop
+// without one collects nothing.
+class StepCollector {
+ public:
+  virtual ~StepCollector() = default;
+  // Around one model step of `split` on the samples `indices` (batch
+  // `batch` of the epoch). end_step throws when the step collected wrongly.
+  virtual void begin_step(kiln_split split, std::vector<int64_t> indices, int64_t batch) = 0;
+  virtual void end_step(kiln_split split) = 0;
+  // Every rank together, after the epoch's last step of `split` and before
+  // its metrics are reduced.
+  virtual void end_epoch(kiln_split split, const kiln_progress& progress) = 0;
 };
 
 // What every rank decides together at a stop vote.
@@ -145,6 +166,7 @@ struct LoopContext {
   MetricSink& metrics;
   Progress& progress;
   RunControl& control;
+  StepCollector* collector = nullptr;  // null: nothing is collected
   int32_t rank = 0;
   int32_t world_size = 1;
   int64_t max_epochs = 1;

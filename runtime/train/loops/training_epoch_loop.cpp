@@ -84,11 +84,14 @@ void TrainingEpochLoop::clip_gradients() {
   for (auto& g : grads) g.mul_(factor);
 }
 
-at::Tensor TrainingEpochLoop::train_batch(BatchPtr batch, int64_t index, bool boundary) {
+at::Tensor TrainingEpochLoop::train_batch(BatchPtr batch, int64_t index, bool boundary,
+                                          const BatchStream& stream) {
   LoopContext& c = context_;
   const int64_t accumulate = settings_.accumulate_grad_batches;
   if (optimization_.grad_sync) optimization_.grad_sync->before_forward();
+  if (c.collector) c.collector->begin_step(KILN_SPLIT_TRAIN, stream.sample_indices(index), index);
   at::Tensor loss = c.model.training_step(*batch, index);
+  if (c.collector) c.collector->end_step(KILN_SPLIT_TRAIN);
   // Detached once: the metrics, the monitors and the progress display all
   // keep this one (the graph is not kept alive by any of them).
   const at::Tensor shown = loss.detach();
@@ -141,7 +144,7 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
     BatchPtr batch = batches->next();
     result.samples += batch_rows(*batch) * c.world_size;
     const bool boundary = (b + 1) % settings_.accumulate_grad_batches == 0 || b + 1 == n;
-    const at::Tensor shown = train_batch(std::move(batch), b, boundary);
+    const at::Tensor shown = train_batch(std::move(batch), b, boundary, *batches);
     if (boundary) {
       optimizer_step();
       c.events.notify(Event::train_batch_end, c.progress_at(KILN_STAGE_FIT, epoch, b));

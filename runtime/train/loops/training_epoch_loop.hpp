@@ -65,7 +65,7 @@ class TrainingEpochLoop {
  private:
   // One batch: forward, backward and, at an accumulation boundary, the
   // optimizer step. Returns the loss, detached.
-  at::Tensor train_batch(BatchPtr batch, int64_t index, bool boundary);
+  at::Tensor train_batch(BatchPtr batch, int64_t index, bool boundary, const BatchStream& stream);
   void optimizer_step();
   void backward(const at::Tensor& loss, bool sync);
   void clip_gradients();

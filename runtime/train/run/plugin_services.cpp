@@ -1,6 +1,7 @@
 #include "train/run/plugin_services.hpp"
 
 #include "train/loops/stop_condition.hpp"
+#include "train/run/epoch_collections.hpp"
 #include "train/run/run_metrics.hpp"
 
 namespace kiln {
@@ -23,6 +24,11 @@ bool PluginServices::metric(const char* name, double* out) const {
 
 void PluginServices::request_stop(const std::string& plugin_id, const char* reason) {
   stop_.request(plugin_id, reason ? reason : "");
+}
+
+std::string PluginServices::collect(const std::string& plugin_id, bool main_thread, const char* name,
+                                    const at::Tensor& rows) {
+  return collections_.collect(plugin_id, main_thread, name, rows);
 }
 
 }  // namespace kiln

@@ -5,6 +5,7 @@
 
 #include "ckpt/checkpointer.hpp"
 #include "metrics/loggers.hpp"
+#include "train/run/epoch_collections.hpp"
 #include "plugin/proxies.hpp"
 #include "train/sampled_batches.hpp"
 #include "train/sampler.hpp"
@@ -42,6 +43,7 @@ RunStateView RunCheckpoints::snapshot(const TrainPosition& position, RunMetrics:
   out.metrics.pending = RunMetrics::pending_for_older_kilns(unreduced);
   out.metrics.state = std::move(unreduced.stores);
   out.metrics.tensor_state = std::move(unreduced.tensors);
+  out.metrics.collected = std::move(unreduced.collected);
   for (const PluginInstance* p : parts_.plugins()) out.plugin_states[p->id()] = save_plugin_state(*p);
   return out;
 }
@@ -58,6 +60,14 @@ TrainPosition RunCheckpoints::resume(const std::filesystem::path& file, Command 
     throw CheckpointError(file.string() + ": its metrics cannot be read (" + e.what() + ")");
   }
   parts_.loggers.restore(restored.metrics.csv, restored.metrics.loggers);
+  // The interrupted training epoch's collected rows (fit only).
+  if (command == Command::fit && parts_.collections) {
+    try {
+      parts_.collections->restore(restored.metrics.collected, rank_);
+    } catch (const std::invalid_argument& e) {
+      throw CheckpointError(file.string() + ": its collected rows cannot be read (" + e.what() + ")");
+    }
+  }
   for (const PluginInstance* p : parts_.plugins()) {
     auto it = restored.plugin_states.find(p->id());
     if (it != restored.plugin_states.end()) load_plugin_state(*p, it->second);

@@ -22,6 +22,7 @@
 
 namespace kiln {
 
+class EpochCollections;
 class Loggers;
 class PluginInstance;
 class SampledBatches;
@@ -44,6 +45,7 @@ class RunCheckpoints {
     Loggers& loggers;
     SampledBatches& batches;
     std::function<std::vector<const PluginInstance*>()> plugins;
+    EpochCollections* collections;  // may be null
   };
   RunCheckpoints(const Manifest& manifest, const RunSettings& settings, int32_t rank, int32_t world_size,
                  c10::Device device, Parts parts);

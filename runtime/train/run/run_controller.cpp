@@ -7,6 +7,7 @@
 #include "ckpt/checkpointer.hpp"
 #include "distributed/process_group.hpp"
 #include "metrics/loggers.hpp"
+#include "train/run/epoch_collections.hpp"
 #include "train/run/event_fan_out.hpp"
 #include "train/session.hpp"
 #include "util/errors.hpp"
@@ -61,6 +62,7 @@ Votes RunController::vote(const Votes& mine) {
 // epoch, bit for bit (docs/checkpoints.md).
 std::filesystem::path RunController::save_checkpoint(const TrainPosition& position) {
   RunMetrics::Unreduced unreduced = parts_.metrics.gather_unreduced();
+  if (parts_.collections) unreduced.collected = parts_.collections->gather_for_checkpoint();
   return parts_.checkpointer.commit(
       position, [&](const TrainPosition& at) { return snapshot_(at, std::move(unreduced)); });
 }

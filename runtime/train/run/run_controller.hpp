@@ -18,6 +18,7 @@ namespace kiln {
 
 class Checkpointer;
 class EventFanOut;
+class EpochCollections;
 class Loggers;
 class ProcessGroup;
 
@@ -33,6 +34,7 @@ class RunController final : public RunControl {
     RunMetrics& metrics;
     EventFanOut& events;
     Loggers& loggers;
+    EpochCollections* collections;  // the training split's rows go into mid-epoch checkpoints
   };
   RunController(const RunSettings& settings, Command command, const std::atomic<int>* signal, Parts parts,
                 Snapshot snapshot);

@@ -12,7 +12,10 @@ void RunMetrics::record_from(const std::string& plugin_id, const char* name, dou
                              uint32_t flags) {
   std::lock_guard<std::mutex> lock(mutex_);
   try {
-    store_.record(name, value, weight, flags);
+    if (std::this_thread::get_id() == whole_split_thread_.load())
+      store_.record_given(name, value, flags);
+    else
+      store_.record(name, value, weight, flags);
   } catch (const std::exception& e) {
     spdlog::warn("[{}] {}", plugin_id, e.what());
   }
@@ -20,6 +23,19 @@ void RunMetrics::record_from(const std::string& plugin_id, const char* name, dou
 
 void RunMetrics::record_tensor_from(const std::string& plugin_id, const char* name, const at::Tensor& value,
                                     double weight, uint32_t flags) {
+  if (std::this_thread::get_id() == whole_split_thread_.load()) {
+    // The epoch's end: reading the value back costs nothing here.
+    try {
+      if (value.numel() != 1 || value.is_complex())
+        throw std::invalid_argument("metric '" + std::string(name) + "' must be a one-element real tensor");
+      const double v = value.detach().to(at::kCPU, at::kDouble).item<double>();
+      std::lock_guard<std::mutex> lock(mutex_);
+      store_.record_given(name, v, flags);
+    } catch (const std::exception& e) {
+      spdlog::warn("[{}] {}", plugin_id, e.what());
+    }
+    return;
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   try {
     tensors_.record(name, value, weight, flags);

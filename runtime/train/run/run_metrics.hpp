@@ -5,7 +5,9 @@
 #pragma once
 
 #include <map>
+#include <atomic>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <set>
 #include <string>
@@ -34,6 +36,10 @@ class RunMetrics final : public MetricSink {
   void record_from(const std::string& plugin_id, const char* name, double value, double weight, uint32_t flags);
   void record_tensor_from(const std::string& plugin_id, const char* name, const at::Tensor& value, double weight,
                           uint32_t flags);
+  // Around the model's on_epoch_end (ABI 1.2): what this thread records
+  // meanwhile is a whole-split value (MetricStore::record_given).
+  void begin_whole_split() { whole_split_thread_ = std::this_thread::get_id(); }
+  void end_whole_split() { whole_split_thread_ = std::thread::id(); }
   std::optional<double> latest(const std::string& name) const;
   std::map<std::string, double> latest() const;
 
@@ -48,6 +54,7 @@ class RunMetrics final : public MetricSink {
   // (a collective: every rank calls it).
   struct Unreduced {
     std::vector<std::string> stores, tensors;  // MetricStore / TensorMetrics export_state
+    std::string collected;  // the training split's collected rows so far, merged (EpochCollections)
   };
   Unreduced gather_unreduced();
   std::string export_latest() const;
@@ -73,6 +80,7 @@ class RunMetrics final : public MetricSink {
   TensorMetrics tensors_;
   const TensorMetrics::Key loss_key_ = tensors_.key("train/loss");
   std::set<std::string> warned_;
+  std::atomic<std::thread::id> whole_split_thread_{};
 };
 
 }  // namespace kiln

@@ -34,6 +34,7 @@
 #include "train/precision.hpp"
 #include "train/prediction_text.hpp"
 #include "train/progress.hpp"
+#include "train/run/epoch_collections.hpp"
 #include "train/run/event_fan_out.hpp"
 #include "train/run/plugin_services.hpp"
 #include "train/run/run_checkpoints.hpp"
@@ -97,6 +98,7 @@ class Run {
     // The plugins go now, while the process group and the parts they
     // reached are still there.
     batches_.reset();
+    if (collections_) collections_->attach(nullptr, nullptr);  // the proxies go first
     callbacks_.reset();
     autocast_steps_.reset();
     model_.reset();
@@ -150,12 +152,13 @@ class Run {
       group_->all_reduce_sum(failed);
       return failed.item<double>() == 0;
     });
+    collections_.emplace(group_.get(), *metrics_, collect_limit_bytes(m_.metrics.collect_limit_mib));
     control_.emplace(settings_, command_, signal_,
-                     RunController::Parts{group_.get(), *checkpointer_, *metrics_, events_, loggers_},
+                     RunController::Parts{group_.get(), *checkpointer_, *metrics_, events_, loggers_, &*collections_},
                      [this](const TrainPosition& at, RunMetrics::Unreduced unreduced) {
                        return checkpoints_->snapshot(at, std::move(unreduced));
                      });
-    services_.emplace(*metrics_, stop_, rank(), world_size());
+    services_.emplace(*metrics_, stop_, *collections_, rank(), world_size());
   }
 
   void create_plugins(RunPlugins plugins) {
@@ -207,12 +210,15 @@ class Run {
     StepModel* steps = &*model_;
     if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
     context_.reset(new LoopContext{*steps, *batches_, events_, *metrics_, progress_, *control_});
+    collections_->attach(&*model_, &*callbacks_);
+    if (collections_->consumed()) context_->collector = &*collections_;
     context_->rank = rank();
     context_->world_size = world_size();
     context_->max_epochs = settings_.max_epochs;
     context_->max_steps = settings_.max_steps;
     checkpoints_.emplace(m_, settings_, rank(), world_size(), device_,
-                         RunCheckpoints::Parts{state_, *metrics_, loggers_, *batches_, [this] { return all_plugins(); }});
+                         RunCheckpoints::Parts{state_, *metrics_, loggers_, *batches_, [this] { return all_plugins(); },
+                                               &*collections_});
   }
 
   // Parameters and buffers, placed on the run's device in place, so that the
@@ -423,6 +429,7 @@ class Run {
   std::optional<RunMetrics> metrics_;
   std::optional<Checkpointer> checkpointer_;
   std::optional<RunController> control_;
+  std::optional<EpochCollections> collections_;
   std::optional<PluginServices> services_;
   std::optional<RunCheckpoints> checkpoints_;
   // The plugins, through their proxies, and what the loops read.

@@ -1,5 +1,5 @@
 /*
- * kiln/abi.h — the kiln plugin ABI, version 1.1.
+ * kiln/abi.h — the kiln plugin ABI, version 1.2.
  *
  * This header is the only contract between the kiln host and its plugins.
  * It is plain C (C99 and C++17), includes only <stddef.h> and <stdint.h>, and
@@ -25,6 +25,10 @@
  *   sizeof: a plugin built against 1.0 keeps loading in every 1.x host.
  * - 1.1 appended kiln_host.error_new_code (error codes, below) and
  *   kiln_host.log_metric_tensor (a metric recorded without a device sync).
+ * - 1.2 appended kiln_host.collect (per-sample rows for whole-split
+ *   metrics), kiln_model_hooks.on_epoch_end and
+ *   kiln_callback_hooks.on_epoch_collected (the rows of every rank, at the
+ *   end of an epoch).
  * - A NULL function pointer means "not implemented": the host does the default
  *   (documented per hook) and the hook is listed as absent by `kiln inspect`.
  *
@@ -80,7 +84,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_VERSION_MAJOR 1
-#define KILN_ABI_VERSION_MINOR 1
+#define KILN_ABI_VERSION_MINOR 2
 
 /* The symbol every plugin shared object exports. */
 #define KILN_ENTRY_SYMBOL "kiln_plugin_entry"
@@ -332,6 +336,27 @@ typedef struct kiln_host {
    * SDK's Host::log_metric(name, tensor) does). */
   void (*log_metric_tensor)(const struct kiln_host* host, const char* name, const kiln_tensor* value,
                             double weight, uint32_t flags);
+
+  /* --- ABI 1.2 ---------------------------------------------------------- */
+  /* [main-thread & active] Inside training_step, validation_step or
+   * test_step only: hands the host `rows`, one row per sample of the step's
+   * batch (its first dimension is the batch's number of samples; any dtype
+   * but complex, any trailing shape), under `name`, for a metric over the
+   * whole split (AUROC, F1, a confusion matrix: docs/metrics.md). The host
+   * copies the rows at the call (detached; from a device without waiting
+   * for it) and tags each with its sample index. At the end of the epoch it
+   * gathers every rank's rows and passes the whole split, ordered by sample
+   * index, each sample once, to kiln_model_hooks.on_epoch_end and
+   * kiln_callback_hooks.on_epoch_collected, identically on every rank.
+   * `rows` is borrowed. Every step of an epoch collects the same names, each
+   * once, with the same dtype and trailing shape on every step and rank.
+   * Returns NULL, or an error saying what is wrong (a first dimension that
+   * is not the batch's, a dtype or shape that changed, a call outside a
+   * step, or from another thread); the host also fails the step with it,
+   * so a plugin may return it or not. Names beginning with "kiln." are the
+   * host's. Check KILN_HAS_FIELD(host, kiln_host, collect) first: a 1.0 or
+   * 1.1 host lacks it. */
+  kiln_error* (*collect)(const struct kiln_host* host, const char* name, const kiln_tensor* rows);
 } kiln_host;
 
 /* ------------------------------------------------------------------------ */
@@ -422,6 +447,25 @@ typedef struct kiln_model_hooks {
    * sample). NULL: `kiln predict` is refused. */
   kiln_error* (*predict_step)(kiln_instance* self, const kiln_batch* batch, int64_t batch_index,
                               kiln_tensor** output);
+
+  /* --- ABI 1.2 ---------------------------------------------------------- */
+  /* [main-thread & active] The end of an epoch of `split` (KILN_SPLIT_TRAIN,
+   * _VAL or _TEST), on every rank, after its last step and before its
+   * metrics are reduced (so what it logs is in the epoch's row, and
+   * callbacks and checkpoint.monitor see it). `collected` (borrowed until
+   * the hook returns) holds what the steps collected (kiln_host.collect)
+   * on every rank: the whole split — or the batches that ran, with
+   * limit_*_batches or a stopped epoch — ordered by sample index, each
+   * sample once, plus "kiln.index" (int64 [N], the sample indices). It is
+   * empty when nothing was collected. Every rank gets the same bytes, so a
+   * value computed from them is the same everywhere: a metric logged here
+   * (log_metric, log_metric_tensor) is taken as it is, not averaged over
+   * ranks (its reduction flag is ignored; logged twice, the last value
+   * counts). A training epoch resumed from a mid-epoch checkpoint gets the
+   * rows collected before the checkpoint too. Runs under no-grad, in
+   * evaluation mode for val and test. NULL: nothing is called (the rows are
+   * still gathered when a callback wants them). */
+  kiln_error* (*on_epoch_end)(kiln_instance* self, kiln_split split, const kiln_batch* collected);
 } kiln_model_hooks;
 
 typedef struct kiln_data_hooks {
@@ -469,6 +513,15 @@ typedef struct kiln_callback_hooks {
   kiln_callback_hook on_validation_start;
   kiln_callback_hook on_validation_end; /* after validation metrics are reduced */
   kiln_callback_hook on_test_end;
+
+  /* --- ABI 1.2 ---------------------------------------------------------- */
+  /* [main-thread & active] After kiln_model_hooks.on_epoch_end, with the
+   * same `collected` rows (borrowed until it returns; see there), on every
+   * rank: e.g. a callback that writes a confusion matrix (write it on rank
+   * 0 only). Called only when the epoch collected something. NULL: not
+   * called. */
+  kiln_error* (*on_epoch_collected)(kiln_instance* self, const kiln_progress* progress, kiln_split split,
+                                    const kiln_batch* collected);
 } kiln_callback_hooks;
 
 /* ------------------------------------------------------------------------ */

@@ -89,6 +89,12 @@ class Host {
   int32_t rank() const { return host_->rank(host_); }
   int32_t world_size() const { return host_->world_size(host_); }
   void request_stop(const std::string& reason) const { host_->request_stop(host_, reason.c_str()); }
+  // Hands the host one row per sample of the step's batch (ABI 1.2's
+  // collect), for a metric over the whole split: the rows of every rank come
+  // back, in sample order, to Model::on_epoch_end (docs/metrics.md). Only
+  // inside training_step, validation_step and test_step. Throws when the
+  // host refuses the rows, or lacks collect (a 1.0 or 1.1 host).
+  void collect(const std::string& name, const at::Tensor& rows) const;
 
   const kiln_host* raw() const { return host_; }
 
@@ -111,6 +117,17 @@ class Batch {
  private:
   const kiln_host* host_;
   const kiln_batch* batch_;
+};
+
+// The rows every rank collected in an epoch, ordered by sample index, each
+// sample once: the names the steps collected, and index() (ABI 1.2).
+class Collected : public Batch {
+ public:
+  using Batch::Batch;
+  // The sample index of each row (int64 [N]).
+  at::Tensor index() const { return (*this)["kiln.index"]; }
+  int64_t size() const { return index().size(0); }
+  bool empty() const { return size() == 0; }
 };
 
 // What a data module returns from get_batch.
@@ -200,6 +217,10 @@ class Model : public Plugin {
   virtual void validation_step(const Batch&, int64_t) {}
   virtual void test_step(const Batch&, int64_t) {}
   virtual at::Tensor predict_step(const Batch&, int64_t) { return {}; }
+  // The end of an epoch of `split` (train, val, test) on every rank, with
+  // every rank's collected rows (ABI 1.2): compute a whole-split metric and
+  // log it; every rank gets the same rows, so no sync is needed.
+  virtual void on_epoch_end(Split, const Collected&) {}
 };
 
 class DataModule : public Plugin {
@@ -222,6 +243,9 @@ class Callback : public Plugin {
   virtual void on_validation_start(const kiln_progress&) {}
   virtual void on_validation_end(const kiln_progress&) {}
   virtual void on_test_end(const kiln_progress&) {}
+  // After the model's on_epoch_end, with the same rows (ABI 1.2); only when
+  // the epoch collected something.
+  virtual void on_epoch_collected(const kiln_progress&, Split, const Collected&) {}
 };
 
 // Identity of one exported plugin.
@@ -426,6 +450,13 @@ kiln_error* predict_step(kiln_instance* i, const kiln_batch* batch, int64_t inde
 }
 
 template <class T>
+kiln_error* on_epoch_end(kiln_instance* i, kiln_split split, const kiln_batch* collected) noexcept {
+  return guarded(host_of<T>(i), [&] {
+    self<T>(i).on_epoch_end(static_cast<Split>(split), Collected(host_of<T>(i), collected));
+  });
+}
+
+template <class T>
 const kiln_model_hooks* model_hooks() {
   static const kiln_model_hooks table = {
       sizeof(kiln_model_hooks),
@@ -434,6 +465,7 @@ const kiln_model_hooks* model_hooks() {
       KILN_SDK_OVERRIDES(T, Model, validation_step) ? &validation_step<T> : nullptr,
       KILN_SDK_OVERRIDES(T, Model, test_step) ? &test_step<T> : nullptr,
       KILN_SDK_OVERRIDES(T, Model, predict_step) ? &predict_step<T> : nullptr,
+      KILN_SDK_OVERRIDES(T, Model, on_epoch_end) ? &on_epoch_end<T> : nullptr,
   };
   return &table;
 }
@@ -487,6 +519,14 @@ kiln_error* callback_hook(kiln_instance* i, const kiln_progress* progress) noexc
   return guarded(host_of<T>(i), [&] { (self<T>(i).*Hook)(*progress); });
 }
 
+template <class T>
+kiln_error* on_epoch_collected(kiln_instance* i, const kiln_progress* progress, kiln_split split,
+                               const kiln_batch* collected) noexcept {
+  return guarded(host_of<T>(i), [&] {
+    self<T>(i).on_epoch_collected(*progress, static_cast<Split>(split), Collected(host_of<T>(i), collected));
+  });
+}
+
 #define KILN_SDK_CALLBACK_HOOK(T, hook) \
   (KILN_SDK_OVERRIDES(T, Callback, hook) ? &callback_hook<T, &Callback::hook> : nullptr)
 
@@ -502,11 +542,20 @@ const kiln_callback_hooks* callback_hooks() {
       KILN_SDK_CALLBACK_HOOK(T, on_validation_start),
       KILN_SDK_CALLBACK_HOOK(T, on_validation_end),
       KILN_SDK_CALLBACK_HOOK(T, on_test_end),
+      KILN_SDK_OVERRIDES(T, Callback, on_epoch_collected) ? &on_epoch_collected<T> : nullptr,
   };
   return &table;
 }
 
 }  // namespace detail
+
+inline void Host::collect(const std::string& name, const at::Tensor& rows) const {
+  if (!KILN_HAS_FIELD(host_, kiln_host, collect) || host_->collect == nullptr)
+    throw std::runtime_error("collect('" + name + "') needs a kiln host with ABI 1.2 or later; this one speaks " +
+                             std::to_string(host_->abi_major) + "." + std::to_string(host_->abi_minor));
+  if (kiln_error* e = host_->collect(host_, name.c_str(), reinterpret_cast<const kiln_tensor*>(rows.unsafeGetTensorImpl())))
+    throw HostError{e};
+}
 
 // The descriptor of plugin class T (a Model, DataModule or Callback). Storage
 // is static per T, so describe each class once.
