@@ -73,10 +73,16 @@ TEST_F(Gpu, TheTrainingStepDoesNotWaitForTheGpu) {
   fit.model.has_val = fit.model.has_test = false;
   fit.metrics.on_device.emplace(/*defer_cpu=*/false);
   fit.settings.training.gradient_clip_val = 0.5;
+  // Collected rows leave the device through pinned memory, non-blocking,
+  // ordered by an event read at the epoch's end (metrics/collection).
+  FakeCollector collector;
+  fit.context.collector = &collector;
+  fit.model.collect_into = &collector.collection;
   HostReads reads;
   const TrainPosition end = fit.run();
   EXPECT_EQ(text(end), "3/0/9");
   EXPECT_EQ(reads.count(), 0) << "no item() in the loop";
+  EXPECT_EQ(collector.rows_per_epoch.size(), 3u);
   EXPECT_EQ(fit.metrics.on_device->device_reads(), 3) << "one copy of the metrics per epoch end";
 }
 

@@ -89,3 +89,50 @@ TEST(MetricStoreAside, AValidationBetweenSetAsideAndTakeBackSeesOnlyItsOwnRecord
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// A whole-split value (logged in on_epoch_end) is taken as it is: not a
+// mean over ranks, whose rounding would change it (0.1 + 0.1 + 0.1 over 3
+// is not 0.1 in binary), and the last one logged counts.
+TEST(MetricStoreWholeSplit, AValueIsTakenAsItIsOnEveryRankCount) {
+  for (size_t ranks = 1; ranks <= 4; ++ranks) {
+    std::vector<std::string> exports;
+    for (size_t r = 0; r < ranks; ++r) {
+      MetricStore rank;
+      rank.record_given("val/auroc", 0.5, 0);
+      rank.record_given("val/auroc", 0.1, 0);
+      exports.push_back(rank.export_pending());
+    }
+    MetricStore store;
+    std::vector<std::string> warnings;
+    const auto out = store.reduce_merged(exports, &warnings);
+    EXPECT_EQ(out.at("val/auroc"), 0.1) << ranks << " ranks";
+    EXPECT_TRUE(warnings.empty());
+  }
+}
+
+TEST(MetricStoreWholeSplit, ARankWhoseValueDiffersIsNamedAndTheFirstRanksIsKept) {
+  std::vector<std::string> exports;
+  for (double v : {0.75, 0.75, 0.5}) {
+    MetricStore rank;
+    rank.record_given("val/f1_macro", v, 0);
+    exports.push_back(rank.export_pending());
+  }
+  MetricStore store;
+  std::vector<std::string> warnings;
+  EXPECT_EQ(store.reduce_merged(exports, &warnings).at("val/f1_macro"), 0.75);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("'val/f1_macro' was logged in on_epoch_end with another value on rank(s) 2"),
+            std::string::npos)
+      << warnings[0];
+}
+
+TEST(MetricStoreWholeSplit, APluginCannotAskForTheHostsOwnReduction) {
+  MetricStore store;
+  EXPECT_THROW(store.record("val/x", 1.0, 1.0, MetricStore::kReduceGiven), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace kiln
