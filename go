@@ -83,14 +83,19 @@ install_check_python() {
   if [ "$TORCH" = wheel ]; then
     py="$TORCH_VENV/bin/python"
   else
-    PACKAGES+=(python3-torch python3-venv)
+    # scikit-learn: the reference the metrics library and whole-split
+    # metrics are checked against (docs/metrics.md).
+    PACKAGES+=(python3-torch python3-venv python3-sklearn)
     install_missing
     py="$CHECK_VENV/bin/python"
     [ -x "$py" ] || /usr/bin/python3 -m venv --system-site-packages "$CHECK_VENV"
   fi
-  if ! "$py" -c "import tensorboard, safetensors, torch" 2>/dev/null; then
-    echo "go: installing ${CHECK_PIP[*]} for the tests' file checks"
-    "$py" -m pip install -q --disable-pip-version-check "${CHECK_PIP[@]}"
+  if ! "$py" -c "import tensorboard, safetensors, torch, sklearn" 2>/dev/null; then
+    local pip=("${CHECK_PIP[@]}")
+    # The wheel's venv does not see Debian's python3-sklearn.
+    [ "$TORCH" = wheel ] && pip+=(scikit-learn==1.5.2)
+    echo "go: installing ${pip[*]} for the tests' file checks"
+    "$py" -m pip install -q --disable-pip-version-check "${pip[@]}"
   fi
   check_args=(-DKILN_CHECK_PYTHON="$PWD/$py")
 }

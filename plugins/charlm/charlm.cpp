@@ -30,6 +30,7 @@
 
 #include "generate.hpp"
 #include "gpt.hpp"
+#include "kiln/metrics.hpp"
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/checks.hpp"
 
@@ -97,15 +98,32 @@ class CharLm final : public kiln::Model {
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
   }
 
-  // Weighted by tokens, so the epoch's value is the mean over every
-  // held-out token whatever the batch sizes.
-  void evaluate(const kiln::Batch& batch, const std::string& prefix) {
-    const double tokens = static_cast<double>(batch["target"].numel());
-    if (tokens == 0) return;
-    const at::Tensor loss = loss_of(batch);
-    host().log_metric(prefix + "loss", loss, tokens);
-    host().log_metric(prefix + "bpc", loss / kLn2, tokens);
+  // Each sample's summed cross-entropy (float64, nats) and token count are
+  // collected; the epoch's loss and bits per character are computed over
+  // every held-out token at once in on_epoch_end, in sample order: exact,
+  // and the same bits whatever the number of processes (docs/metrics.md).
+  void evaluate(const kiln::Batch& batch, const std::string&) {
+    const at::Tensor target = batch["target"];
+    if (target.numel() == 0) return;
+    const at::Tensor logits = net_->forward(batch["input"]);
+    const at::Tensor nll = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, logits.size(-1)}), target.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    const int64_t samples = target.size(0);
+    host().collect("nll", nll.to(at::kDouble).reshape({samples, -1}).sum(1));
+    host().collect("tokens", at::full({samples}, target.numel() / samples, at::kLong));
   }
+
+ public:
+  void on_epoch_end(kiln::Split split, const kiln::Collected& rows) override {
+    if (split == kiln::Split::train || rows.empty()) return;
+    const std::string prefix = split == kiln::Split::val ? "val/" : "test/";
+    const at::Tensor nll = rows["nll"], tokens = rows["tokens"];
+    host().log_metric(prefix + "loss", nll.sum().item<double>() / tokens.sum().to(at::kDouble).item<double>());
+    host().log_metric(prefix + "bpc", kiln::metrics::bits_per_token(nll, tokens));
+  }
+
+ private:
 
   kiln_charlm::Gpt net_{nullptr};
   kiln_charlm::SamplingOptions sampling_;

@@ -16,11 +16,14 @@
 // Data module (kiln.test.collect_data): synthetic rows; collect_in_get_batch
 //   = true collects from get_batch (a prefetch thread).
 // Callback (kiln.test.collect_dump): dir = where rank 0 writes
-//   "<split>-<epoch>.txt": the rows, every value with 17 digits.
+//   "<split>-<epoch>.txt": the rows, every value with 17 digits, after a line
+//   "confusion <C*C counts>" (kiln::metrics::confusion_matrix) when the rows
+//   hold scores and targets.
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#include <kiln/metrics.hpp>
 #include <kiln/plugin.hpp>
 
 namespace {
@@ -122,6 +125,14 @@ class CollectDump final : public kiln::Callback {
     if (host().rank() != 0 || dir_.empty()) return;
     std::ofstream out(dir_ + "/" + split_text(split) + "-" + std::to_string(progress.epoch) + ".txt");
     out << "rows " << rows.size() << "\n";
+    // The confusion matrix a callback would write, from kiln's library.
+    if (rows.has("scores") && rows.has("target")) {
+      const at::Tensor matrix =
+          kiln::metrics::confusion_matrix(rows["scores"], rows["target"], rows["scores"].size(1)).contiguous();
+      out << "confusion";
+      for (int64_t i = 0; i < matrix.numel(); ++i) out << " " << matrix.data_ptr<int64_t>()[i];
+      out << "\n";
+    }
     for (const char* name : {"kiln.index", "target", "scores"}) {
       if (!rows.has(name)) continue;
       const at::Tensor t = rows[name].to(at::kDouble).reshape({rows.size(), -1}).contiguous();

@@ -2,6 +2,12 @@
 // batch convention ("input" float32, "target" int64 class labels), the loss,
 // the metrics they report and the form of their predictions. A subclass only
 // builds its layers and maps an input batch to logits.
+//
+// Metrics: loss and accuracy are means over samples (log_metric in each
+// step); macro-F1 and AUROC (one-vs-rest) are not decomposable, so the
+// steps collect each sample's probabilities and label (kiln_host.collect)
+// and on_epoch_end computes them over the whole split, identically on every
+// rank (docs/metrics.md).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +15,7 @@
 
 #include <torch/torch.h>
 
+#include "kiln/metrics.hpp"
 #include "kiln/plugin.hpp"
 
 namespace kiln_plugins {
@@ -23,6 +30,15 @@ class Classifier : public kiln::Model {
 
   void validation_step(const kiln::Batch& batch, int64_t) override { evaluate(batch, "val/"); }
   void test_step(const kiln::Batch& batch, int64_t) override { evaluate(batch, "test/"); }
+
+  void on_epoch_end(kiln::Split split, const kiln::Collected& rows) override {
+    if (split == kiln::Split::train || rows.empty()) return;
+    const std::string prefix = split == kiln::Split::val ? "val/" : "test/";
+    const at::Tensor scores = rows["scores"], target = rows["target"];
+    host().log_metric(prefix + "f1_macro",
+                      kiln::metrics::f1(scores, target, scores.size(1), kiln::metrics::Average::macro));
+    host().log_metric(prefix + "auroc", kiln::metrics::auroc(scores, target));
+  }
 
   // Probabilities rather than logits, so predictions read the same whatever
   // the model and can be compared across runs.
@@ -51,6 +67,10 @@ class Classifier : public kiln::Model {
     const at::Tensor accuracy = logits.argmax(/*dim=*/1).eq(target).to(torch::kDouble).mean();
     host().log_metric(prefix + "loss", loss, static_cast<double>(n));
     host().log_metric(prefix + "acc", accuracy, static_cast<double>(n));
+    // Copied by the host without waiting for the device; float32
+    // probabilities: 4 bytes a class a sample.
+    host().collect("scores", torch::softmax(logits, /*dim=*/1));
+    host().collect("target", target);
   }
 };
 

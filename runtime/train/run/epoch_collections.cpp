@@ -1,5 +1,6 @@
 #include "train/run/epoch_collections.hpp"
 
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 
@@ -149,16 +150,17 @@ void EpochCollections::end_step(kiln_split split) {
   if (!problem.empty()) throw HookError(model_ ? model_->id() : "model", "model", step_hook(split), problem);
 }
 
-void EpochCollections::agree(kiln_split split, const Collection& mine) {
+int64_t EpochCollections::agree(kiln_split split, const Collection& mine) {
   std::string text = fmt::format("{} {} {}\n", mine.steps(), mine.rows(), mine.bytes());
   for (const std::string& column : mine.columns()) text += column + "\n";
   const std::vector<std::string> all = group_ ? group_->all_gather_text(text) : std::vector<std::string>{text};
   std::vector<RankCollection> ranks;
   for (const auto& t : all) ranks.push_back(parse_rank(t));
-  int64_t total = 0;
+  int64_t total = 0, rows = 0;
   size_t ref = ranks.size();
   for (size_t r = 0; r < ranks.size(); ++r) {
     total += ranks[r].bytes;
+    rows += ranks[r].rows;
     if (ref == ranks.size() && ranks[r].rows > 0) ref = r;
   }
   if (ref < ranks.size()) {
@@ -178,6 +180,7 @@ void EpochCollections::agree(kiln_split split, const Collection& mine) {
         "the {} split's collected rows take {} over all ranks, more than metrics.collect_limit_mib ({}): every rank "
         "holds all of them at the epoch's end; raise the key, or collect less (fewer names, smaller dtypes)",
         split_name(split), mib(total), mib(limit_bytes_)));
+  return rows;
 }
 
 void EpochCollections::end_epoch(kiln_split split, const kiln_progress& progress) {
@@ -187,9 +190,13 @@ void EpochCollections::end_epoch(kiln_split split, const kiln_progress& progress
     mine.clear();
     return;
   }
-  agree(split, mine);
-  const std::vector<std::string> all =
-      group_ ? group_->all_gather_bytes(mine.serialize()) : std::vector<std::string>{mine.serialize()};
+  const auto started = std::chrono::steady_clock::now();
+  // Nothing collected anywhere (a split the model does not collect in):
+  // the agreement was the only exchange.
+  const bool any = agree(split, mine) > 0;
+  const std::vector<std::string> all = !any ? std::vector<std::string>{}
+                                       : group_ ? group_->all_gather_bytes(mine.serialize())
+                                                : std::vector<std::string>{mine.serialize()};
   mine.clear();
   kiln_batch rows;
   try {
@@ -198,6 +205,7 @@ void EpochCollections::end_epoch(kiln_split split, const kiln_progress& progress
     throw std::runtime_error(fmt::format("the {} split's collected rows cannot be merged: {}", split_name(split),
                                          e.what()));
   }
+  const auto gathered = std::chrono::steady_clock::now();
   at::NoGradGuard no_grad;
   if (model_) {
     struct WholeSplit {
@@ -206,6 +214,14 @@ void EpochCollections::end_epoch(kiln_split split, const kiln_progress& progress
       ~WholeSplit() { m.end_whole_split(); }
     } whole(metrics_);
     model_->on_epoch_end(split, rows);
+  }
+  if (spdlog::should_log(spdlog::level::debug)) {
+    int64_t bytes = 0;
+    for (const auto& [name, t] : rows.tensors) bytes += static_cast<int64_t>(t.nbytes());
+    const auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    spdlog::debug("collected {} rows: {} rows, {}; agreed, gathered and merged in {:.2f} ms; on_epoch_end {:.2f} ms",
+                  split_name(split), rows.tensors.front().second.size(0), mib(bytes), ms(started, gathered),
+                  ms(gathered, std::chrono::steady_clock::now()));
   }
   if (callbacks_ && rows.tensors.front().second.numel() > 0) callbacks_->epoch_collected(progress, split, rows);
 }

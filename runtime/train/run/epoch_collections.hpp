@@ -53,8 +53,9 @@ class EpochCollections final : public StepCollector {
  private:
   Collection& of(kiln_split split);
   // Every rank's columns, rows and bytes; throws on every rank alike when
-  // the ranks collected differently or the total passes the limit.
-  void agree(kiln_split split, const Collection& mine);
+  // the ranks collected differently or the total passes the limit. Returns
+  // the rows of all ranks.
+  int64_t agree(kiln_split split, const Collection& mine);
   void raise_pending(const char* hook);
 
   ProcessGroup* group_;

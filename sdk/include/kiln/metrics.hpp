@@ -1,0 +1,340 @@
+// kiln/metrics.hpp — metrics over tensors: pure functions, no state, on the
+// inputs' device, accumulated in float64. Each equals scikit-learn's named
+// function (checked in tests/unit/sdk_metrics_test.cpp against Debian's
+// scikit-learn on random inputs and edge cases; docs/metrics_library.md).
+// Meant for Model::on_epoch_end, over the whole split's collected rows
+// (docs/metrics.md): the same rows give the same bits.
+//
+// Inputs: `target` holds integer class labels (or bool); `scores` floating
+// values, one column per class ([N, C]) or one per sample ([N], binary:
+// the positive class's). Bad input throws std::invalid_argument with one
+// line naming the function: mismatched shapes, an empty input, a label
+// outside [0, num_classes), a wrong dtype.
+//
+// Where scikit-learn warns and returns a value (a zero division), kiln
+// returns the same value; where scikit-learn raises (AUROC with a single
+// class in the targets), kiln returns NaN: a metric must not end a run.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace kiln::metrics {
+
+enum class Average { binary, micro, macro, weighted };
+
+namespace detail {
+
+[[noreturn]] inline void refuse(const char* function, const std::string& problem) {
+  throw std::invalid_argument(std::string("kiln::metrics::") + function + ": " + problem);
+}
+
+inline std::string shape(const at::Tensor& t) {
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
+inline void check_defined(const char* f, const at::Tensor& t, const char* name) {
+  if (!t.defined()) refuse(f, std::string(name) + " is undefined");
+  if (t.dim() == 0 || t.size(0) == 0) refuse(f, std::string(name) + " is empty (shape " + shape(t) + ")");
+}
+
+// Integer labels [N] in [0, classes) (classes < 0: any non-negative).
+inline at::Tensor labels(const char* f, const at::Tensor& target, int64_t classes, const char* name = "target") {
+  check_defined(f, target, name);
+  if (target.dim() != 1) refuse(f, std::string(name) + " must be one label per sample, shape [N], not " + shape(target));
+  if (at::isFloatingType(target.scalar_type()) || at::isComplexType(target.scalar_type()))
+    refuse(f, std::string(name) + " must hold integer labels, not " + std::string(c10::toString(target.scalar_type())));
+  const at::Tensor t = target.to(at::kLong);
+  const int64_t low = t.min().item<int64_t>(), high = t.max().item<int64_t>();
+  if (low < 0 || (classes >= 0 && high >= classes))
+    refuse(f, std::string(name) + " holds label " + std::to_string(low < 0 ? low : high) + ", outside [0, " +
+                  (classes >= 0 ? std::to_string(classes) : std::string("inf")) + ")");
+  return t;
+}
+
+inline void same_rows(const char* f, const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
+  if (a.size(0) != b.size(0))
+    refuse(f, std::string(an) + " has " + std::to_string(a.size(0)) + " rows but " + bn + " has " +
+                  std::to_string(b.size(0)));
+}
+
+inline void floating(const char* f, const at::Tensor& t, const char* name) {
+  if (!at::isFloatingType(t.scalar_type()))
+    refuse(f, std::string(name) + " must be floating, not " + std::string(c10::toString(t.scalar_type())));
+}
+
+// Predicted labels from `input`: argmax of scores [N, C], or labels [N].
+inline at::Tensor predicted(const char* f, const at::Tensor& input, int64_t classes) {
+  check_defined(f, input, "input");
+  if (input.dim() == 2) {
+    floating(f, input, "input");
+    if (input.size(1) != classes)
+      refuse(f, "input has " + std::to_string(input.size(1)) + " columns but num_classes is " + std::to_string(classes));
+    return input.argmax(1);
+  }
+  return labels(f, input, classes, "input");
+}
+
+// The confusion counts [C, C] (rows: true, columns: predicted), int64.
+inline at::Tensor counts(const char* f, const at::Tensor& input, const at::Tensor& target, int64_t classes) {
+  if (classes < 1) refuse(f, "num_classes must be at least 1, not " + std::to_string(classes));
+  const at::Tensor t = labels(f, target, classes);
+  const at::Tensor p = predicted(f, input, classes);
+  same_rows(f, input, "input", target, "target");
+  return at::bincount(t * classes + p, {}, classes * classes).reshape({classes, classes});
+}
+
+// a / b, 0 where b is 0 (scikit-learn's zero_division default, after its warning).
+inline at::Tensor ratio(const at::Tensor& a, const at::Tensor& b) {
+  return at::where(b > 0, a / at::where(b > 0, b, at::ones_like(b)), at::zeros_like(a));
+}
+
+// Per class: tp, predicted count, true count (float64).
+struct Tallies {
+  at::Tensor tp, predicted, actual;
+};
+inline Tallies tallies(const char* f, const at::Tensor& input, const at::Tensor& target, int64_t classes) {
+  const at::Tensor m = counts(f, input, target, classes).to(at::kDouble);
+  return {m.diagonal(), m.sum(0), m.sum(1)};
+}
+
+enum class Score { precision, recall, f1 };
+
+inline double prf(const char* f, Score score, const at::Tensor& input, const at::Tensor& target, int64_t classes,
+                  Average average) {
+  if (average == Average::binary && classes != 2)
+    refuse(f, "Average::binary needs num_classes = 2, not " + std::to_string(classes));
+  const Tallies t = tallies(f, input, target, classes);
+  auto of = [&](const at::Tensor& tp, const at::Tensor& pred, const at::Tensor& actual) {
+    const at::Tensor p = ratio(tp, pred), r = ratio(tp, actual);
+    if (score == Score::precision) return p;
+    if (score == Score::recall) return r;
+    return ratio(2 * p * r, p + r);
+  };
+  switch (average) {
+    case Average::binary: return of(t.tp[1], t.predicted[1], t.actual[1]).item<double>();
+    case Average::micro: return of(t.tp.sum(), t.predicted.sum(), t.actual.sum()).item<double>();
+    case Average::macro: return of(t.tp, t.predicted, t.actual).mean().item<double>();
+    case Average::weighted: {
+      const at::Tensor support = t.actual;
+      const double total = support.sum().item<double>();
+      if (total == 0) return 0.0;
+      return ((of(t.tp, t.predicted, t.actual) * support).sum() / total).item<double>();
+    }
+  }
+  return 0.0;
+}
+
+// scikit-learn's ranking curve of one binary problem: scores sorted
+// descending (stable), one point per distinct score: true and false
+// positives at or above it. Returns {tps, fps} as float64, or undefined
+// tensors when `positive` is empty.
+struct Curve {
+  at::Tensor tps, fps;
+};
+inline Curve curve(const at::Tensor& scores, const at::Tensor& positive) {
+  const auto sorted = at::sort(scores.to(at::kDouble), /*stable=*/true, /*dim=*/0, /*descending=*/true);
+  const at::Tensor s = std::get<0>(sorted);
+  const at::Tensor y = positive.to(at::kDouble).index_select(0, std::get<1>(sorted));
+  const int64_t n = s.size(0);
+  at::Tensor last = at::arange(n - 1, at::TensorOptions().dtype(at::kLong).device(s.device()))
+                        .masked_select(s.narrow(0, 1, n - 1) != s.narrow(0, 0, n - 1));
+  last = at::cat({last, at::full({1}, n - 1, last.options())});
+  const at::Tensor tps = y.cumsum(0).index_select(0, last);
+  const at::Tensor fps = (last + 1).to(at::kDouble) - tps;
+  return {tps, fps};
+}
+
+// roc_auc_score of one binary problem; NaN with a single class.
+inline double binary_auroc(const at::Tensor& scores, const at::Tensor& positive) {
+  const Curve c = curve(scores, positive);
+  const double p = c.tps[-1].item<double>(), n = c.fps[-1].item<double>();
+  if (p == 0 || n == 0) return std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor zero = at::zeros({1}, c.tps.options());
+  const at::Tensor tpr = at::cat({zero, c.tps / p}), fpr = at::cat({zero, c.fps / n});
+  // numpy.trapz, as sklearn.metrics.auc sums it.
+  const int64_t k = tpr.size(0);
+  return ((fpr.narrow(0, 1, k - 1) - fpr.narrow(0, 0, k - 1)) * (tpr.narrow(0, 1, k - 1) + tpr.narrow(0, 0, k - 1)) / 2.0)
+      .sum()
+      .item<double>();
+}
+
+// average_precision_score of one binary problem (step-wise, no
+// interpolation). No positive sample: scikit-learn 1.2 sets recall to 1 at
+// every threshold, which gives 0 (after its warning).
+inline double binary_ap(const at::Tensor& scores, const at::Tensor& positive) {
+  const Curve c = curve(scores, positive);
+  const double p = c.tps[-1].item<double>();
+  if (p == 0) return 0.0;
+  const at::Tensor precision = c.tps / (c.tps + c.fps);
+  const at::Tensor recall = c.tps / p;
+  const at::Tensor previous = at::cat({at::zeros({1}, recall.options()), recall.narrow(0, 0, recall.size(0) - 1)});
+  return ((recall - previous) * precision).sum().item<double>();
+}
+
+template <class Binary>
+double one_vs_rest(const char* f, const at::Tensor& scores, const at::Tensor& target, Binary binary) {
+  check_defined(f, scores, "scores");
+  floating(f, scores, "scores");
+  if (scores.dim() == 1) {
+    const at::Tensor t = labels(f, target, 2);
+    same_rows(f, scores, "scores", target, "target");
+    return binary(scores, t.eq(1));
+  }
+  if (scores.dim() != 2) refuse(f, "scores must be [N] or [N, C], not " + shape(scores));
+  const at::Tensor t = labels(f, target, scores.size(1));
+  same_rows(f, scores, "scores", target, "target");
+  double sum = 0;
+  for (int64_t c = 0; c < scores.size(1); ++c) sum += binary(scores.select(1, c), t.eq(c));
+  return sum / static_cast<double>(scores.size(1));
+}
+
+inline void regression_inputs(const char* f, const at::Tensor& input, const at::Tensor& target) {
+  check_defined(f, input, "input");
+  check_defined(f, target, "target");
+  if (input.sizes() != target.sizes())
+    refuse(f, "input has shape " + shape(input) + " but target has " + shape(target));
+  if (input.dim() > 2) refuse(f, "input must be [N] or [N, outputs], not " + shape(input));
+}
+
+// Per output column, scikit-learn's multioutput="uniform_average".
+inline at::Tensor columns(const at::Tensor& t) { return t.to(at::kDouble).reshape({t.size(0), -1}); }
+
+inline void nll_inputs(const char* f, const at::Tensor& nll, const at::Tensor& tokens) {
+  check_defined(f, nll, "nll");
+  check_defined(f, tokens, "tokens");
+  floating(f, nll, "nll");
+  if (nll.sizes() != tokens.sizes()) refuse(f, "nll has shape " + shape(nll) + " but tokens has " + shape(tokens));
+  if (tokens.sum().item<double>() <= 0) refuse(f, "tokens sum to zero");
+}
+
+}  // namespace detail
+
+// The fraction of samples whose target is among the top_k scores
+// (top_k 1: accuracy_score of the argmax, which takes the first of tied
+// maxima, as numpy's and every function here; top_k > 1:
+// sklearn.metrics.top_k_accuracy_score, ties ranked as it ranks them, the
+// higher class index first). `input`: scores [N, C] or predicted labels [N].
+inline double accuracy(const at::Tensor& input, const at::Tensor& target, int64_t top_k = 1) {
+  const char* f = "accuracy";
+  detail::check_defined(f, input, "input");
+  if (input.dim() == 2) {
+    detail::floating(f, input, "input");
+    if (top_k < 1 || top_k > input.size(1))
+      detail::refuse(f, "top_k must be in [1, " + std::to_string(input.size(1)) + "], not " + std::to_string(top_k));
+    const at::Tensor t = detail::labels(f, target, input.size(1));
+    detail::same_rows(f, input, "input", target, "target");
+    if (top_k == 1) return input.argmax(1).eq(t).to(at::kDouble).mean().item<double>();
+    // The target's rank: classes scored higher, or scored the same with a
+    // higher index (scikit-learn's order for ties: a reversed stable sort).
+    const at::Tensor mine = input.gather(1, t.unsqueeze(1));
+    const at::Tensor index = at::arange(input.size(1), t.options()).unsqueeze(0);
+    const at::Tensor ahead = input.gt(mine).logical_or(input.eq(mine).logical_and(index.gt(t.unsqueeze(1))));
+    return ahead.sum(1).lt(top_k).to(at::kDouble).mean().item<double>();
+  }
+  if (top_k != 1) detail::refuse(f, "top_k needs scores [N, C], not labels");
+  const at::Tensor p = detail::labels(f, input, -1, "input"), t = detail::labels(f, target, -1);
+  detail::same_rows(f, input, "input", target, "target");
+  return p.eq(t).to(at::kDouble).mean().item<double>();
+}
+
+// sklearn.metrics.precision_score / recall_score / f1_score(y, y_pred,
+// labels=range(num_classes), average=...), binary with pos_label=1. A class
+// never predicted (precision) or absent from the targets (recall) counts 0,
+// as scikit-learn's zero_division default does after its warning.
+inline double precision(const at::Tensor& input, const at::Tensor& target, int64_t num_classes,
+                        Average average = Average::macro) {
+  return detail::prf("precision", detail::Score::precision, input, target, num_classes, average);
+}
+inline double recall(const at::Tensor& input, const at::Tensor& target, int64_t num_classes,
+                     Average average = Average::macro) {
+  return detail::prf("recall", detail::Score::recall, input, target, num_classes, average);
+}
+inline double f1(const at::Tensor& input, const at::Tensor& target, int64_t num_classes,
+                 Average average = Average::macro) {
+  return detail::prf("f1", detail::Score::f1, input, target, num_classes, average);
+}
+
+// sklearn.metrics.confusion_matrix(y, y_pred, labels=range(num_classes)):
+// int64 [C, C] on the CPU, rows the true class, columns the predicted one.
+inline at::Tensor confusion_matrix(const at::Tensor& input, const at::Tensor& target, int64_t num_classes) {
+  return detail::counts("confusion_matrix", input, target, num_classes).cpu();
+}
+
+// sklearn.metrics.roc_auc_score: binary for scores [N] (target 0/1);
+// one-vs-rest, macro-averaged, for scores [N, C] (multi_class="ovr",
+// labels=range(C)). Tied scores form one point of the curve, as in
+// roc_curve. A single class in the targets (or, one-vs-rest, a class absent
+// from them), where scikit-learn raises: NaN. Unlike scikit-learn, rows of
+// [N, C] scores need not sum to 1, and [N, 2] is one-vs-rest over both
+// columns (for probabilities: the AUROC of column 1, which scikit-learn
+// wants given alone).
+inline double auroc(const at::Tensor& scores, const at::Tensor& target) {
+  return detail::one_vs_rest("auroc", scores, target, &detail::binary_auroc);
+}
+
+// sklearn.metrics.average_precision_score: binary for scores [N]; for
+// [N, C], macro over one-hot targets. A class with no positive sample
+// counts 0 (scikit-learn 1.2 warns and gives 0).
+inline double average_precision(const at::Tensor& scores, const at::Tensor& target) {
+  return detail::one_vs_rest("average_precision", scores, target, &detail::binary_ap);
+}
+
+// sklearn.metrics.mean_squared_error / mean_absolute_error (uniform average
+// over output columns).
+inline double mean_squared_error(const at::Tensor& input, const at::Tensor& target) {
+  detail::regression_inputs("mean_squared_error", input, target);
+  return (detail::columns(input) - detail::columns(target)).pow(2).mean(0).mean().item<double>();
+}
+inline double mean_absolute_error(const at::Tensor& input, const at::Tensor& target) {
+  detail::regression_inputs("mean_absolute_error", input, target);
+  return (detail::columns(input) - detail::columns(target)).abs().mean(0).mean().item<double>();
+}
+
+// sklearn.metrics.r2_score (uniform average over output columns). A
+// constant target column scores 1.0 when predicted exactly, else 0.0
+// (scikit-learn's force_finite default). Fewer than two samples: NaN, as
+// scikit-learn (with a warning).
+inline double r2_score(const at::Tensor& input, const at::Tensor& target) {
+  detail::regression_inputs("r2_score", input, target);
+  if (input.size(0) < 2) return std::numeric_limits<double>::quiet_NaN();
+  const at::Tensor y = detail::columns(target), p = detail::columns(input);
+  const at::Tensor residual = (y - p).pow(2).sum(0);
+  const at::Tensor total = (y - y.mean(0)).pow(2).sum(0);
+  const at::Tensor score = at::where(total > 0, 1 - residual / at::where(total > 0, total, at::ones_like(total)),
+                                     at::where(residual == 0, at::ones_like(total), at::zeros_like(total)));
+  return score.mean().item<double>();
+}
+
+// Over a split of token sequences: `nll` each sample's summed negative
+// log-likelihood (nats), `tokens` its token count. exp(sum nll / sum tokens)
+// and (sum nll / sum tokens) / ln 2: every token weighs the same.
+inline double perplexity(const at::Tensor& nll, const at::Tensor& tokens) {
+  detail::nll_inputs("perplexity", nll, tokens);
+  return std::exp(nll.to(at::kDouble).sum().item<double>() / tokens.to(at::kDouble).sum().item<double>());
+}
+inline double bits_per_token(const at::Tensor& nll, const at::Tensor& tokens) {
+  detail::nll_inputs("bits_per_token", nll, tokens);
+  return nll.to(at::kDouble).sum().item<double>() / tokens.to(at::kDouble).sum().item<double>() / std::log(2.0);
+}
+// The same from each token's negative log-likelihood (nats).
+inline double perplexity(const at::Tensor& nll_per_token) {
+  detail::check_defined("perplexity", nll_per_token, "nll");
+  detail::floating("perplexity", nll_per_token, "nll");
+  return std::exp(nll_per_token.to(at::kDouble).mean().item<double>());
+}
+inline double bits_per_token(const at::Tensor& nll_per_token) {
+  detail::check_defined("bits_per_token", nll_per_token, "nll");
+  detail::floating("bits_per_token", nll_per_token, "nll");
+  return nll_per_token.to(at::kDouble).mean().item<double>() / std::log(2.0);
+}
+
+}  // namespace kiln::metrics
