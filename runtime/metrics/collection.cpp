@@ -44,7 +44,9 @@ class Writer {
   void put(T value) {
     out_.append(reinterpret_cast<const char*>(&value), sizeof value);
   }
-  void put_bytes(const void* data, size_t size) { out_.append(static_cast<const char*>(data), size); }
+  void put_bytes(const void* data, size_t size) {
+    if (size > 0) out_.append(static_cast<const char*>(data), size);
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -94,8 +96,12 @@ Parsed parse(const std::string& bytes) {
   if (rows < 0 || static_cast<uint64_t>(rows) > bytes.size() / 16) throw std::invalid_argument("collected rows are truncated");
   p.index.resize(static_cast<size_t>(rows));
   p.batch.resize(static_cast<size_t>(rows));
-  std::memcpy(p.index.data(), r.take(rows * sizeof(int64_t)), rows * sizeof(int64_t));
-  std::memcpy(p.batch.data(), r.take(rows * sizeof(int64_t)), rows * sizeof(int64_t));
+  const char* index = r.take(rows * sizeof(int64_t));
+  const char* batch = r.take(rows * sizeof(int64_t));
+  if (rows > 0) {  // an empty vector's data() may be null, which memcpy may not take
+    std::memcpy(p.index.data(), index, rows * sizeof(int64_t));
+    std::memcpy(p.batch.data(), batch, rows * sizeof(int64_t));
+  }
   for (uint32_t c = 0; c < columns; ++c) {
     Parsed::Column col;
     const auto length = r.get<uint32_t>();

@@ -118,6 +118,17 @@ TEST(Collection, ANameFirstCollectedAfterStepsThatCollectedNothingIsRefused) {
   EXPECT_EQ(c.rows(), 0);
 }
 
+// Ranks that collected nothing (a checkpoint before any step, a short
+// shard) merge into an empty table (UBSan: no null pointer to memcpy).
+TEST(Collection, NothingCollectedMergesIntoAnEmptyTable) {
+  Collection none, some;
+  step(some, {2, 0}, 0);
+  EXPECT_EQ(merge_collections({none.serialize(), none.serialize()}).front().second.numel(), 0);
+  EXPECT_EQ(column(merge_collections({none.serialize(), some.serialize()}), kIndexColumn),
+            (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(merge_collections({}).size(), 1u);
+}
+
 TEST(Collection, BytesThatLieAboutTheirShapeAreRefused) {
   Collection c;
   step(c, {0, 1}, 0);
