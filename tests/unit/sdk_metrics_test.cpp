@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
@@ -58,6 +60,11 @@ std::vector<Case> cases() {
   out.push_back({"absent_class", "multiclass", at::softmax(at::randn({50, 4}, g), 1), absent});
   out.push_back({"all_equal", "multiclass", at::full({40, 3}, 1.0 / 3), labels(40, 3)});
   out.push_back({"one_class", "multiclass", at::softmax(at::randn({30, 3}, g), 1), at::full({30}, 1, at::kLong)});
+  // A diverged model: a NaN score (scikit-learn's argmax takes it as the
+  // largest, as torch's; the functions that take scores raise: NaN).
+  at::Tensor diverged = at::softmax(at::randn({25, 4}, g, at::kDouble), 1);
+  diverged[3][2] = std::numeric_limits<double>::quiet_NaN();
+  out.push_back({"nan_score", "multiclass", diverged, labels(25, 4)});
   for (int64_t n : {5, 200, 999}) {
     out.push_back({"binary_" + std::to_string(n), "binary", at::rand({n}, g, at::kDouble), labels(n, 2)});
     out.push_back({"binary_ties_" + std::to_string(n), "binary", at::round(at::rand({n}, g, at::kDouble) * 4) / 4,
@@ -66,6 +73,9 @@ std::vector<Case> cases() {
   out.push_back({"binary_all_equal", "binary", at::full({20}, 0.5, at::kDouble), labels(20, 2)});
   out.push_back({"binary_no_positive", "binary", at::rand({20}, g, at::kDouble), at::zeros({20}, at::kLong)});
   out.push_back({"binary_no_negative", "binary", at::rand({20}, g, at::kDouble), at::ones({20}, at::kLong)});
+  at::Tensor infinite = at::rand({20}, g, at::kDouble);
+  infinite[5] = std::numeric_limits<double>::infinity();
+  out.push_back({"binary_infinite_score", "binary", infinite, labels(20, 2)});
   for (int64_t n : {2, 50, 777}) {
     const at::Tensor y = at::randn({n}, g, at::kDouble);
     out.push_back({"regression_" + std::to_string(n), "regression", y + 0.3 * at::randn({n}, g, at::kDouble), y});
@@ -73,6 +83,9 @@ std::vector<Case> cases() {
   out.push_back({"regression_constant_exact", "regression", at::full({9}, 2.0), at::full({9}, 2.0)});
   out.push_back({"regression_constant_missed", "regression", at::arange(9, at::kDouble), at::full({9}, 2.0)});
   out.push_back({"regression_one_sample", "regression", at::full({1}, 1.0), at::full({1}, 2.0)});
+  at::Tensor diverged_regression = at::randn({30}, g, at::kDouble);
+  diverged_regression[7] = std::numeric_limits<double>::quiet_NaN();
+  out.push_back({"regression_nan", "regression", diverged_regression, at::randn({30}, g, at::kDouble)});
   return out;
 }
 
@@ -82,6 +95,10 @@ std::map<std::string, double> kiln_values(const Case& c) {
   if (c.kind == "multiclass") {
     const int64_t classes = c.scores.size(1);
     v["accuracy"] = km::accuracy(c.scores, c.target);
+    // Predicted labels [N] instead of scores: the same values.
+    const at::Tensor predicted = c.scores.argmax(1);
+    v["accuracy_of_labels"] = km::accuracy(predicted, c.target);
+    v["f1_macro_of_labels"] = km::f1(predicted, c.target, classes, km::Average::macro);
     if (classes > 2) v["top2"] = km::accuracy(c.scores, c.target, 2);
     const std::pair<const char*, km::Average> averages[] = {
         {"micro", km::Average::micro}, {"macro", km::Average::macro}, {"weighted", km::Average::weighted}};
@@ -143,6 +160,7 @@ TEST(MetricsLibraryAgainstScikitLearn, EveryFunctionOnRandomInputsAndEdgeCases) 
     }
   EXPECT_EQ(compared, expected.size()) << "every value scikit-learn computed is compared";
   EXPECT_GT(compared, 400u);
+  std::cout << all.size() << " cases, " << compared << " values compared with scikit-learn\n";
 }
 
 // Rows given in another order give the same value (ties grouped, stable sorts).
@@ -181,6 +199,18 @@ TEST(MetricsLibrary, BadInputIsRefusedInOneLineNamingTheFunction) {
                  "kiln::metrics::mean_squared_error: input has shape [4] but target has [5]");
   expect_refused([&] { km::bits_per_token(at::rand({4}), at::zeros({4}, at::kLong)); }, "tokens sum to zero");
   expect_refused([&] { km::average_precision(target, target); }, "scores must be floating");
+}
+
+// Bool targets are labels 0/1; float32 scores give the float64 values of
+// the same numbers (the accumulation is float64 whatever the input).
+TEST(MetricsLibrary, BoolTargetsAndFloat32ScoresGiveTheSameValues) {
+  at::Generator g = at::detail::createCPUGenerator(5);
+  const at::Tensor scores = at::rand({200}, g, at::kFloat), target = at::randint(2, {200}, g, at::kLong);
+  EXPECT_EQ(km::auroc(scores, target.to(at::kBool)), km::auroc(scores, target));
+  EXPECT_EQ(km::auroc(scores, target), km::auroc(scores.to(at::kDouble), target));
+  EXPECT_EQ(km::average_precision(scores, target.to(at::kBool)), km::average_precision(scores.to(at::kDouble), target));
+  const at::Tensor predicted = scores.gt(0.5);
+  EXPECT_EQ(km::f1(predicted, target.to(at::kBool), 2, km::Average::binary), km::f1(predicted.to(at::kLong), target, 2, km::Average::binary));
 }
 
 TEST(MetricsLibrary, PerplexityAndBitsPerTokenWeighEveryTokenTheSame) {

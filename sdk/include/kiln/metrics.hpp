@@ -13,7 +13,9 @@
 //
 // Where scikit-learn warns and returns a value (a zero division), kiln
 // returns the same value; where scikit-learn raises (AUROC with a single
-// class in the targets), kiln returns NaN: a metric must not end a run.
+// class in the targets; NaN or infinite scores given to a function that
+// takes scores, as a diverged model gives), kiln returns NaN: a metric must
+// not end a run.
 #pragma once
 
 #include <cmath>
@@ -59,6 +61,11 @@ inline at::Tensor labels(const char* f, const at::Tensor& target, int64_t classe
                   (classes >= 0 ? std::to_string(classes) : std::string("inf")) + ")");
   return t;
 }
+
+// False when any value is NaN or infinite (scikit-learn refuses those).
+inline bool finite(const at::Tensor& t) { return at::isfinite(t).all().item<bool>(); }
+
+constexpr double nan_value = std::numeric_limits<double>::quiet_NaN();
 
 inline void same_rows(const char* f, const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
   if (a.size(0) != b.size(0))
@@ -187,22 +194,28 @@ double one_vs_rest(const char* f, const at::Tensor& scores, const at::Tensor& ta
   if (scores.dim() == 1) {
     const at::Tensor t = labels(f, target, 2);
     same_rows(f, scores, "scores", target, "target");
+    if (!finite(scores)) return nan_value;
     return binary(scores, t.eq(1));
   }
   if (scores.dim() != 2) refuse(f, "scores must be [N] or [N, C], not " + shape(scores));
   const at::Tensor t = labels(f, target, scores.size(1));
   same_rows(f, scores, "scores", target, "target");
+  if (!finite(scores)) return nan_value;
   double sum = 0;
   for (int64_t c = 0; c < scores.size(1); ++c) sum += binary(scores.select(1, c), t.eq(c));
   return sum / static_cast<double>(scores.size(1));
 }
 
-inline void regression_inputs(const char* f, const at::Tensor& input, const at::Tensor& target) {
+// Checks; false when a value is NaN or infinite (scikit-learn raises: NaN).
+inline bool regression_inputs(const char* f, const at::Tensor& input, const at::Tensor& target) {
   check_defined(f, input, "input");
   check_defined(f, target, "target");
   if (input.sizes() != target.sizes())
     refuse(f, "input has shape " + shape(input) + " but target has " + shape(target));
   if (input.dim() > 2) refuse(f, "input must be [N] or [N, outputs], not " + shape(input));
+  if (at::isComplexType(input.scalar_type()) || at::isComplexType(target.scalar_type()))
+    refuse(f, "input and target must be real");
+  return finite(input) && finite(target);
 }
 
 // Per output column, scikit-learn's multioutput="uniform_average".
@@ -223,6 +236,8 @@ inline void nll_inputs(const char* f, const at::Tensor& nll, const at::Tensor& t
 // maxima, as numpy's and every function here; top_k > 1:
 // sklearn.metrics.top_k_accuracy_score, ties ranked as it ranks them, the
 // higher class index first). `input`: scores [N, C] or predicted labels [N].
+// top_k 1 takes NaN as the largest score, as numpy's argmax; top_k > 1 with
+// a NaN or infinite score: NaN (top_k_accuracy_score raises).
 inline double accuracy(const at::Tensor& input, const at::Tensor& target, int64_t top_k = 1) {
   const char* f = "accuracy";
   detail::check_defined(f, input, "input");
@@ -233,6 +248,7 @@ inline double accuracy(const at::Tensor& input, const at::Tensor& target, int64_
     const at::Tensor t = detail::labels(f, target, input.size(1));
     detail::same_rows(f, input, "input", target, "target");
     if (top_k == 1) return input.argmax(1).eq(t).to(at::kDouble).mean().item<double>();
+    if (!detail::finite(input)) return detail::nan_value;
     // The target's rank: classes scored higher, or scored the same with a
     // higher index (scikit-learn's order for ties: a reversed stable sort).
     const at::Tensor mine = input.gather(1, t.unsqueeze(1));
@@ -273,39 +289,42 @@ inline at::Tensor confusion_matrix(const at::Tensor& input, const at::Tensor& ta
 // one-vs-rest, macro-averaged, for scores [N, C] (multi_class="ovr",
 // labels=range(C)). Tied scores form one point of the curve, as in
 // roc_curve. A single class in the targets (or, one-vs-rest, a class absent
-// from them), where scikit-learn raises: NaN. Unlike scikit-learn, rows of
-// [N, C] scores need not sum to 1, and [N, 2] is one-vs-rest over both
-// columns (for probabilities: the AUROC of column 1, which scikit-learn
-// wants given alone).
+// from them), or a NaN or infinite score, where scikit-learn raises: NaN.
+// Unlike scikit-learn, rows of [N, C] scores need not sum to 1, and [N, 2]
+// is one-vs-rest over both columns (for probabilities: the AUROC of column
+// 1, which scikit-learn wants given alone).
 inline double auroc(const at::Tensor& scores, const at::Tensor& target) {
   return detail::one_vs_rest("auroc", scores, target, &detail::binary_auroc);
 }
 
 // sklearn.metrics.average_precision_score: binary for scores [N]; for
 // [N, C], macro over one-hot targets. A class with no positive sample
-// counts 0 (scikit-learn 1.2 warns and gives 0).
+// counts 0 (scikit-learn 1.2 warns and gives 0). A NaN or infinite score,
+// where scikit-learn raises: NaN.
 inline double average_precision(const at::Tensor& scores, const at::Tensor& target) {
   return detail::one_vs_rest("average_precision", scores, target, &detail::binary_ap);
 }
 
 // sklearn.metrics.mean_squared_error / mean_absolute_error (uniform average
-// over output columns).
+// over output columns). A NaN or infinite value, where scikit-learn raises:
+// NaN.
 inline double mean_squared_error(const at::Tensor& input, const at::Tensor& target) {
-  detail::regression_inputs("mean_squared_error", input, target);
+  if (!detail::regression_inputs("mean_squared_error", input, target)) return detail::nan_value;
   return (detail::columns(input) - detail::columns(target)).pow(2).mean(0).mean().item<double>();
 }
 inline double mean_absolute_error(const at::Tensor& input, const at::Tensor& target) {
-  detail::regression_inputs("mean_absolute_error", input, target);
+  if (!detail::regression_inputs("mean_absolute_error", input, target)) return detail::nan_value;
   return (detail::columns(input) - detail::columns(target)).abs().mean(0).mean().item<double>();
 }
 
 // sklearn.metrics.r2_score (uniform average over output columns). A
 // constant target column scores 1.0 when predicted exactly, else 0.0
 // (scikit-learn's force_finite default). Fewer than two samples: NaN, as
-// scikit-learn (with a warning).
+// scikit-learn (with a warning). A NaN or infinite value, where scikit-learn
+// raises: NaN.
 inline double r2_score(const at::Tensor& input, const at::Tensor& target) {
-  detail::regression_inputs("r2_score", input, target);
-  if (input.size(0) < 2) return std::numeric_limits<double>::quiet_NaN();
+  if (!detail::regression_inputs("r2_score", input, target)) return detail::nan_value;
+  if (input.size(0) < 2) return detail::nan_value;
   const at::Tensor y = detail::columns(target), p = detail::columns(input);
   const at::Tensor residual = (y - p).pow(2).sum(0);
   const at::Tensor total = (y - y.mean(0)).pow(2).sum(0);
