@@ -354,6 +354,9 @@ int run_parsed(CommandLine& cli, const std::vector<std::string>& argv, kiln::Sig
     std::cout << kiln::manifest_reference_markdown() << std::flush;
     return kiln::kExitOk;
   }
+  // A --log-level given on the command line wins over the manifest's
+  // run.log_level (which otherwise sets the level once it is read).
+  if (cli.app.count("--log-level") > 0) cli.overrides.push_back("run.log_level=" + cli.log_level);
   for (const auto& [sub, command] : cli.commands)
     if (sub->parsed()) {
       const int code = run_command(command, cli.manifest, cli.overrides, cli.processes, cli.resume, argv,

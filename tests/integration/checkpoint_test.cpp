@@ -160,6 +160,28 @@ TEST_F(BadCheckpoint, ResumeLastRefusesCorruptTensorBytesInOneLine) {
   EXPECT_EQ(read_file(dir_ / "run" / "metrics.csv"), metrics_before);
 }
 
+// `kiln validate --ckpt` into a new run directory writes its own row only
+// (not the fit's rows, which the checkpoint carries for a resumed fit), at
+// the step whose weights it evaluated, and takes in none of the fit's
+// unreduced training metrics (a checkpoint inside an epoch carries some).
+TEST(Checkpoint, ValidatingACheckpointWritesOnlyItsOwnRowAtTheCheckpointsStep) {
+  TempDir dir;
+  const auto m = ckpt_manifest(dir, "every_n_steps = 5\nsave_top_k = -1");
+  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_epochs=1"}).exit_code, 0);
+  const std::filesystem::path mid = ckpt_dir(dir) / "epoch=0000-step=000000005.ckpt";
+  ASSERT_TRUE(std::filesystem::exists(mid));
+  const ProcessResult r = kiln({"validate", m.string(), "--ckpt", mid.string(), "--set",
+                                "run.dir=" + (dir / "validated").string(), "--set",
+                                "checkpoint.dir=" + (dir / "none").string()},
+                               {.timeout = kTimeout});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = read_metrics(dir / "validated" / "metrics.csv");
+  ASSERT_EQ(rows.size(), 1u) << read_file(dir / "validated" / "metrics.csv");
+  EXPECT_EQ(rows[0].at("step"), 5);
+  EXPECT_TRUE(rows[0].count("val/loss"));
+  for (const auto& [name, value] : rows[0]) EXPECT_EQ(name.rfind("train/", 0), std::string::npos) << name;
+}
+
 TEST(Checkpoint, TestEvaluatesTheCheckpointsWeights) {
   TempDir dir;
   const auto m = ckpt_manifest(dir, "every_n_epochs = 1");

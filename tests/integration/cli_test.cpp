@@ -10,7 +10,7 @@ namespace {
 TEST(Cli, VersionNamesAbiAndLibTorch) {
   const ProcessResult r = kiln({"--version"});
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_NE(r.output.find("kiln 0.1.0 (ABI 1.1, LibTorch "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kiln 0.1.0 (ABI 1.2, LibTorch "), std::string::npos) << r.output;
 }
 
 TEST(Cli, HelpListsTheCommands) {
@@ -18,6 +18,23 @@ TEST(Cli, HelpListsTheCommands) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* command : {"fit", "validate", "test", "predict", "inspect", "manifest-reference"})
     EXPECT_NE(r.output.find(command), std::string::npos) << command;
+}
+
+// --log-level on the command line wins over the manifest's run.log_level
+// (which used to reset it as soon as the manifest was read).
+TEST(Cli, TheCommandLinesLogLevelWinsOverTheManifests) {
+  TempDir dir;
+  write_file(dir / "run.toml", "[run]\ndir = \"" + (dir / "run").string() +
+                                   "\"\nlog_level = \"info\"\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\n"
+                                   "in_features = 8\nhidden = []\nclasses = 2\n\n[data]\npath = \"kiln_synthetic\"\n"
+                                   "train_size = 16\nval_size = 0\nfeatures = 8\nclasses = 2\n\n[trainer]\n"
+                                   "max_epochs = 1\nprogress = \"none\"\n");
+  const ProcessResult debug = kiln({"--log-level", "debug", "fit", (dir / "run.toml").string()});
+  ASSERT_EQ(debug.exit_code, 0) << debug.output;
+  EXPECT_NE(debug.output.find("start-up: plugins set up"), std::string::npos) << debug.output;
+  const ProcessResult info = kiln({"fit", (dir / "run.toml").string(), "--set", "run.dir=" + (dir / "again").string()});
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_EQ(info.output.find("start-up: plugins set up"), std::string::npos) << "the manifest's level without the flag";
 }
 
 TEST(Cli, UnknownCommandIsBadInput) {
@@ -29,7 +46,8 @@ TEST(Cli, ManifestReferencePrintsEveryTable) {
   const ProcessResult r = kiln({"manifest-reference"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.rfind("# Manifest reference\n", 0), 0u) << r.output;
-  for (const char* table : {"[run]", "[trainer]", "[optimizer]", "[scheduler]", "[checkpoint]", "[distributed]"})
+  for (const char* table :
+       {"[run]", "[trainer]", "[optimizer]", "[scheduler]", "[checkpoint]", "[distributed]", "[metrics]"})
     EXPECT_NE(r.output.find(std::string("\n## ") + table + "\n"), std::string::npos) << table;
 }
 
@@ -38,7 +56,7 @@ TEST(Cli, InspectAPluginLibrary) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("kiln.mlp"), std::string::npos);
   EXPECT_NE(r.output.find("kind:          model"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("ABI:           1.1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ABI:           1.2"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("training_step"), std::string::npos) << r.output;
 }
 

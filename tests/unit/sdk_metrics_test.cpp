@@ -163,6 +163,22 @@ TEST(MetricsLibraryAgainstScikitLearn, EveryFunctionOnRandomInputsAndEdgeCases) 
   std::cout << all.size() << " cases, " << compared << " values compared with scikit-learn\n";
 }
 
+// The CPU path (each column's positives and negatives sorted apart, U
+// counted in integers, columns over threads) and the device path (one
+// sort, mean ranks of ties) compute the same exact fraction: the same bits.
+TEST(MetricsLibrary, TheCpuAndDeviceAurocPathsGiveTheSameBits) {
+  at::Generator g = at::detail::createCPUGenerator(9);
+  for (const double step : {0.0, 0.05, 0.25}) {
+    at::Tensor scores = at::rand({2001, 6}, g, at::kDouble);
+    if (step > 0) scores = at::round(scores / step) * step;  // ties
+    const at::Tensor target = at::randint(6, {2001}, g, at::kLong);
+    const at::Tensor positive = target.unsqueeze(1).eq(at::arange(6, at::kLong).unsqueeze(0));
+    const at::Tensor cpu = km::detail::column_aurocs(scores, positive);
+    const at::Tensor device = km::detail::column_aurocs_on_device(scores, positive);
+    EXPECT_TRUE(at::equal(cpu, device)) << step << "\n" << cpu << "\n" << device;
+  }
+}
+
 // Rows given in another order give the same value (ties grouped, stable sorts).
 TEST(MetricsLibrary, ValuesDoNotDependOnTheOrderOfTheRows) {
   at::Generator g = at::detail::createCPUGenerator(3);

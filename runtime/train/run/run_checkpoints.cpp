@@ -52,16 +52,21 @@ TrainPosition RunCheckpoints::resume(const std::filesystem::path& file, Command 
   RunStateView restored = view(TrainPosition{});
   resume_point_ = Checkpointer::restore(file, restored);
   if (command == Command::fit) check_continuation(file, restored.position, restored.saved_by);
+  // Only a resumed fit continues the checkpoint's epoch and its files;
+  // validate / test / predict evaluate its weights into files of their own
+  // (docs/logging.md), with its metrics' latest values for metric_get.
+  const bool fit = command == Command::fit;
   try {
-    parts_.metrics.restore(restored.metrics.latest, restored.metrics.pending,
-                           RunMetrics::Unreduced{restored.metrics.state, restored.metrics.tensor_state}, rank_,
-                           world_size_, device_);
+    parts_.metrics.restore(restored.metrics.latest, fit ? restored.metrics.pending : "",
+                           fit ? RunMetrics::Unreduced{restored.metrics.state, restored.metrics.tensor_state}
+                               : RunMetrics::Unreduced{},
+                           rank_, world_size_, device_);
   } catch (const std::invalid_argument& e) {
     throw CheckpointError(file.string() + ": its metrics cannot be read (" + e.what() + ")");
   }
-  parts_.loggers.restore(restored.metrics.csv, restored.metrics.loggers);
-  // The interrupted training epoch's collected rows (fit only).
-  if (command == Command::fit && parts_.collections) {
+  if (fit) parts_.loggers.restore(restored.metrics.csv, restored.metrics.loggers);
+  // The interrupted training epoch's collected rows.
+  if (fit && parts_.collections) {
     try {
       parts_.collections->restore(restored.metrics.collected, rank_);
     } catch (const std::invalid_argument& e) {

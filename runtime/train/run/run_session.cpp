@@ -181,7 +181,8 @@ class Run {
     // validate / test / predict evaluate a checkpoint's weights when given
     // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().
     if (command_ != Command::fit) {
-      if (resume_) checkpoints_->resume(*resume_, command_);
+      // The rows say which step's weights were evaluated.
+      if (resume_) context_->global_step = checkpoints_->resume(*resume_, command_).global_step;
       agree();
       open_run_dir();
     }
