@@ -46,10 +46,6 @@ std::filesystem::path manifest(const TempDir& dir, const RunSetup& s) {
   return dir / "run.toml";
 }
 
-std::vector<std::string> processes(int n) {
-  return n == 1 ? std::vector<std::string>{} : std::vector<std::string>{"-n", std::to_string(n)};
-}
-
 // The sample indices of a dump, in its order.
 std::vector<int64_t> dumped_indices(const std::string& dump) {
   std::istringstream in(dump);

@@ -73,6 +73,11 @@ inline ProcessResult kiln_fit(const std::filesystem::path& manifest, std::vector
   return kiln(args, {.timeout = timeout});
 }
 
+// `-n N` for N processes; nothing for one.
+inline std::vector<std::string> processes(int n) {
+  return n == 1 ? std::vector<std::string>{} : std::vector<std::string>{"-n", std::to_string(n)};
+}
+
 // The last row that has `column`.
 inline double last_value(const std::vector<std::map<std::string, double>>& rows, const std::string& column) {
   for (auto it = rows.rbegin(); it != rows.rend(); ++it)

@@ -42,10 +42,6 @@ std::vector<int> trained_counts(const TempDir& dir, int64_t samples = kSamples) 
   return counts;
 }
 
-std::vector<std::string> processes(int n) {
-  return n == 1 ? std::vector<std::string>{} : std::vector<std::string>{"-n", std::to_string(n)};
-}
-
 std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
