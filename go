@@ -159,6 +159,8 @@ case "${1:-}" in
         BUILD_DIR=${KILN_BUILD_DIR:-build-asan}
         build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=address,undefined -DKILN_BUILD_BENCH=OFF
         export_sanitizer_options
+        # The slow checks marked for one plain variant (KILN_ONLY_IN_VARIANT) skip here.
+        export KILN_TEST_VARIANT=sanitize
         ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 -R '^(unit|integration)\.'
         ;;
       --tsan)
@@ -172,6 +174,8 @@ case "${1:-}" in
         ;;
       "")
         build
+        # Slow checks run in one variant only (KILN_ONLY_IN_VARIANT, docs/testing.md).
+        export KILN_TEST_VARIANT=$TORCH
         ctest --test-dir "$BUILD_DIR" --output-on-failure -j2
         ;;
       *)

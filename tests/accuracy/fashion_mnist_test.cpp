@@ -28,6 +28,7 @@ TEST(FashionMnist, MlpReaches88PercentIn5Epochs) {
 // under bfloat16 autocast on the CPU): within 1 point of float32, and the
 // run says which precision it used.
 TEST(FashionMnist, MlpInBf16MixedIsWithinOnePointOfFloat32) {
+  KILN_ONLY_IN_VARIANT("wheel");
   const auto manifest = source_dir() / "examples" / "fashion_mnist" / "mlp.toml";
   double accuracy[2];
   const char* precisions[2] = {"32", "bf16-mixed"};
@@ -45,6 +46,7 @@ TEST(FashionMnist, MlpInBf16MixedIsWithinOnePointOfFloat32) {
 }
 
 TEST(FashionMnist, CnnReaches90PercentIn5Epochs) {
+  KILN_ONLY_IN_VARIANT("debian");
   TempDir dir;
   const auto manifest = source_dir() / "examples" / "fashion_mnist" / "cnn.toml";
   const ProcessResult r = fit(manifest, {"--set", "run.dir=" + (dir / "run").string(), "--set", "trainer.progress=none"});

@@ -203,6 +203,7 @@ std::vector<std::string> names_of(const std::set<pid_t>& pids) {
 // gradient segment is seen (when a name, had it one, would exist) — leaves
 // no name in /dev/shm. 50 trials (KILN_TEST_SHM_TRIALS=N for more).
 TEST(SharedMemory, NoNameOutlivesARunKilledAtRandomDuringStartUp) {
+  KILN_ONLY_IN_VARIANT("debian");
   TempDir dir;
   const auto manifest = recorder_manifest(dir, "", "size = 64", "", "max_epochs = 1\nbatch_size = 4\n");
   const char* trials_env = std::getenv("KILN_TEST_SHM_TRIALS");

@@ -49,15 +49,14 @@ class CollectModel final : public kiln::Model {
   torch::nn::Module& module() override { return *net_; }
 
   at::Tensor training_step(const kiln::Batch& batch, int64_t index) override {
-    const at::Tensor logits = net_->forward(batch["input"]);
-    collect(logits, batch["target"], index);
-    return torch::cross_entropy_loss(logits, batch["target"]);
+    collect(row_scores(batch["input"]), batch["target"], index);
+    return torch::cross_entropy_loss(net_->forward(batch["input"]), batch["target"]);
   }
   void validation_step(const kiln::Batch& batch, int64_t index) override {
-    collect(net_->forward(batch["input"]), batch["target"], index);
+    collect(row_scores(batch["input"]), batch["target"], index);
   }
   void test_step(const kiln::Batch& batch, int64_t index) override {
-    collect(net_->forward(batch["input"]), batch["target"], index);
+    collect(row_scores(batch["input"]), batch["target"], index);
   }
 
   void on_epoch_end(kiln::Split split, const kiln::Collected& rows) override {
@@ -69,13 +68,27 @@ class CollectModel final : public kiln::Model {
   }
 
  private:
-  void collect(const at::Tensor& logits, const at::Tensor& target, int64_t index) {
-    at::Tensor scores = torch::softmax(logits, 1);
+  // Each sample's scores from a one-row forward: a BLAS picks its kernel by
+  // the batch's shape (MKL's sgemm for 8 rows and for 1 row differ in the
+  // last bits), and the last batch's size depends on the number of ranks.
+  // The tests compare rows byte for byte across process counts, which checks
+  // kiln's gathering and ordering only when each row's bits depend on its
+  // sample alone.
+  at::Tensor row_scores(const at::Tensor& input) {
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> rows;
+    rows.reserve(static_cast<size_t>(input.size(0)));
+    for (int64_t i = 0; i < input.size(0); ++i) rows.push_back(torch::softmax(net_->forward(input.narrow(0, i, 1)), 1));
+    return at::cat(rows, 0);
+  }
+
+  void collect(const at::Tensor& scores_in, const at::Tensor& target, int64_t index) {
+    at::Tensor scores = scores_in;
     if (misuse_ == "wrong_rows") scores = scores.narrow(0, 0, scores.size(0) - 1);
     if (misuse_ == "dtype_change" && index >= 1) scores = scores.to(at::kDouble);
     if (misuse_ == "rank_differs" && host().rank() == 1) scores = at::cat({scores, scores.narrow(1, 0, 1)}, 1);
     if (misuse_ == "skip_batch" && index == 1) return;
-    if (misuse_ == "big") scores = at::zeros({logits.size(0), (4 << 20) / 4 / logits.size(0)});
+    if (misuse_ == "big") scores = at::zeros({scores_in.size(0), (4 << 20) / 4 / scores_in.size(0)});
     if (misuse_ == "ignore_error") {
       const kiln_host* raw = host().raw();
       const at::Tensor short_rows = scores.narrow(0, 0, scores.size(0) - 1);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -67,6 +68,16 @@ std::filesystem::path check_python();
     if (::kiln::test::check_python().empty())                                                  \
       GTEST_SKIP() << "no checking Python (configure with -DKILN_CHECK_PYTHON=..., as ./go "  \
                       "does): file checked by its real reader not run";                       \
+  } while (0)
+
+// A slow check that one variant of CI is enough for (docs/testing.md):
+// ./go sets KILN_TEST_VARIANT to "debian" or "wheel"; a test marked for the
+// other one skips with one line. Unset (ctest by hand), every test runs.
+#define KILN_ONLY_IN_VARIANT(variant)                                                          \
+  do {                                                                                         \
+    const char* kiln_variant_ = std::getenv("KILN_TEST_VARIANT");                              \
+    if (kiln_variant_ != nullptr && *kiln_variant_ != '\0' && std::string(kiln_variant_) != variant) \
+      GTEST_SKIP() << "a slow check run by the " variant " variant only (docs/testing.md)";      \
   } while (0)
 
 // Runs `kiln <args...>`.
