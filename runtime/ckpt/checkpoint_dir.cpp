@@ -47,23 +47,21 @@ std::vector<CheckpointInfo> ranked_only(std::vector<CheckpointInfo> all) {
   return out;
 }
 
-std::filesystem::path resolve_resume(const std::string& spec, const std::filesystem::path& dir,
-                                     const RetentionPolicy& policy) {
-  if (spec != "last" && spec != "best") {
-    if (auto problem = CheckpointFile::check(spec)) throw InputError("--resume: " + *problem);
-    return spec;
-  }
+namespace {
+
+// `spec` ("last" or "best") to one valid file of `dir`, checksum verified;
+// nullopt when `dir` holds no valid checkpoint. `refused` names the last
+// file that failed its checksum, if any.
+std::optional<CheckpointInfo> choose_checkpoint(const std::string& spec, const std::filesystem::path& dir,
+                                                const RetentionPolicy& policy, std::string& refused) {
   std::vector<CheckpointInfo> candidates = scan_checkpoints(
       dir, [&](const CheckpointError& e) { spdlog::warn("--resume {}: skipping {}", spec, e.what()); });
   // The listing did not read the tensor data. The choice is verified whole;
   // one that fails is dropped and the choice made again, which picks the same
   // file a listing that verified every checksum would have picked.
-  std::string refused;
   while (true) {
-    const auto chosen = spec == "last" ? pick_last(candidates) : pick_best(candidates, policy);
-    if (!chosen)
-      throw InputError("--resume " + spec + ": no valid checkpoint in " + dir.string() +
-                       (refused.empty() ? "" : " (the last one tried: " + refused + ")"));
+    const auto chosen = spec == "best" ? pick_best(candidates, policy) : pick_last(candidates);
+    if (!chosen) return std::nullopt;
     if (auto problem = CheckpointFile::check(chosen->path)) {
       spdlog::warn("--resume {}: skipping {}", spec, *problem);
       refused = *problem;
@@ -72,10 +70,50 @@ std::filesystem::path resolve_resume(const std::string& spec, const std::filesys
                        candidates.end());
       continue;
     }
-    if (spec == "last" && !chosen->is_last)
-      spdlog::warn("--resume last: last.ckpt is missing or invalid; using {}", chosen->path.string());
-    return chosen->path;
+    if (spec != "best" && !chosen->is_last)
+      spdlog::warn("--resume {}: last.ckpt is missing or invalid; using {}", spec, chosen->path.string());
+    return *chosen;
   }
+}
+
+}  // namespace
+
+std::filesystem::path resolve_resume(const std::string& spec, const std::filesystem::path& dir,
+                                     const RetentionPolicy& policy) {
+  if (spec != "last" && spec != "best") {
+    if (auto problem = CheckpointFile::check(spec)) throw InputError("--resume: " + *problem);
+    return spec;
+  }
+  std::string refused;
+  const auto chosen = choose_checkpoint(spec, dir, policy, refused);
+  if (!chosen)
+    throw InputError("--resume " + spec + ": no valid checkpoint in " + dir.string() +
+                     (refused.empty() ? "" : " (the last one tried: " + refused + ")"));
+  return chosen->path;
+}
+
+std::optional<CheckpointInfo> newest_checkpoint(const std::filesystem::path& dir, const RetentionPolicy& policy) {
+  std::string refused;
+  auto chosen = choose_checkpoint("auto", dir, policy, refused);
+  // Checkpoints that all fail their checksum are not "none": starting over
+  // would train from scratch beside them and prune them. The user decides.
+  if (!chosen && !refused.empty())
+    throw InputError("--resume auto: " + dir.string() + " holds checkpoints but none is valid (the last one tried: " +
+                     refused + "); remove them, or name one with --resume PATH");
+  // last.ckpt is a second name of a ranked file: the log names that one.
+  if (chosen && chosen->is_last) {
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.path().extension() == ".ckpt" && name != "last.ckpt" && name.front() != '.' &&
+          std::filesystem::equivalent(entry.path(), chosen->path, ec)) {
+        chosen->path = entry.path();
+        chosen->is_last = false;
+        break;
+      }
+    }
+  }
+  return chosen;
 }
 
 void link_checkpoint(const std::filesystem::path& existing, const std::filesystem::path& final) {

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,12 @@ std::vector<CheckpointInfo> ranked_only(std::vector<CheckpointInfo> all);
 // an InputError naming the problem.
 std::filesystem::path resolve_resume(const std::string& spec, const std::filesystem::path& dir,
                                      const RetentionPolicy& policy);
+
+// `--resume auto`, and what a restart resumes from: the checkpoint `last`
+// resolves to when `dir` holds a valid one (checksum verified), nullopt when
+// it holds none (a fresh start). Checkpoints that all fail validation are an
+// InputError, not "none".
+std::optional<CheckpointInfo> newest_checkpoint(const std::filesystem::path& dir, const RetentionPolicy& policy);
 
 // Publishes a committed checkpoint under a second name (last.ckpt): atomic,
 // durable, and no second copy of the bytes (util/durable_file).

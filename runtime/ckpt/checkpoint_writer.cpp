@@ -50,6 +50,20 @@ void fault_point(const char* point) {
   }
 }
 
+bool injected_enospc(const std::filesystem::path& final_path) {
+  const char* spec = std::getenv("KILN_FAULT_INJECT");
+  if (spec == nullptr || *spec == '\0') return false;
+  const std::string file = final_path.filename().string();
+  std::string_view rest(spec);
+  while (true) {
+    const size_t comma = rest.find(',');
+    const std::string_view entry = rest.substr(0, comma);
+    if (entry == "ckpt:enospc" || entry == "ckpt:enospc@" + file) return true;
+    if (comma == std::string_view::npos) return false;
+    rest.remove_prefix(comma + 1);
+  }
+}
+
 // ============================================================================
 // Writer
 // ============================================================================
@@ -69,6 +83,7 @@ struct CheckpointWriter::Impl {
   uint64_t section_count = 0;
   uint64_t payload_bytes = 0;
   bool mid_write_reached = false;
+  bool enospc = false;  // injected_enospc: every write fails as on a full disk
   std::set<std::string, std::less<>> names;
 
   ~Impl() { discard(); }
@@ -94,7 +109,7 @@ struct CheckpointWriter::Impl {
 
   void flush_buffer() {
     if (buffered == 0) return;
-    const int err = write_all(fd.get(), buffer.get(), buffered);
+    const int err = enospc ? ENOSPC : write_all(fd.get(), buffer.get(), buffered);
     buffered = 0;
     if (err != 0) fail("write " + temporary.string(), err);
   }
@@ -132,7 +147,7 @@ struct CheckpointWriter::Impl {
     if (size >= kWriteBuffer) {
       // Large tensors go straight from the caller's memory: no copy, and no
       // second buffer the size of the model.
-      const int err = write_all(fd.get(), bytes, size);
+      const int err = enospc ? ENOSPC : write_all(fd.get(), bytes, size);
       if (err != 0) fail("write " + temporary.string(), err);
       return;
     }
@@ -167,6 +182,7 @@ CheckpointWriter::CheckpointWriter(std::filesystem::path final_path)
   }
   impl_->fd = Fd(fd);
   impl_->owns_temporary = true;
+  impl_->enospc = injected_enospc(final_);
   fault_point("ckpt:after_open");
 
   char header[12];
@@ -282,7 +298,14 @@ void CheckpointSnapshot::add(std::string name, std::string head, std::shared_ptr
   sections_.push_back(SnapshotSection{std::move(name), std::move(head), std::move(owner), data, size});
 }
 
+size_t CheckpointSnapshot::bytes() const {
+  size_t total = 0;
+  for (const SnapshotSection& section : sections_) total += section.head.size() + section.size;
+  return total;
+}
+
 void commit_checkpoint(const std::filesystem::path& final_path, const CheckpointSnapshot& snapshot) {
+  snapshot.wait_until_ready();
   CheckpointWriter writer(final_path);
   for (const SnapshotSection& section : snapshot.sections())
     writer.add(section.name, section.head, section.data, section.size);

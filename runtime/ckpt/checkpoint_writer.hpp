@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -78,10 +79,21 @@ class CheckpointSnapshot {
   // `head` followed by `size` bytes at `data`, kept alive by `owner`.
   void add(std::string name, std::string head, std::shared_ptr<const void> owner, const void* data, size_t size);
 
+  // Something to wait for before the sections' bytes may be read: a copy
+  // from a device still in flight (pinned memory, non-blocking). The writer
+  // calls every one, in order, before it writes.
+  void add_wait(std::function<void()> wait) { waits_.push_back(std::move(wait)); }
+  void wait_until_ready() const {
+    for (const auto& wait : waits_) wait();
+  }
+
   const std::vector<SnapshotSection>& sections() const { return sections_; }
+  // The bytes the sections hold: what the snapshot costs in host memory.
+  size_t bytes() const;
 
  private:
   std::vector<SnapshotSection> sections_;
+  std::vector<std::function<void()>> waits_;
 };
 
 // Commits `snapshot` under `final_path`: the same file, the same errors and
@@ -94,5 +106,12 @@ void commit_checkpoint(const std::filesystem::path& final_path, const Checkpoint
 // SIGKILL there. Points: ckpt:after_open, ckpt:mid_write, ckpt:before_fsync,
 // ckpt:before_rename, ckpt:after_rename, ckpt:before_dir_fsync.
 void fault_point(const char* point);
+
+// Test hook for a failing disk: KILN_FAULT_INJECT=ckpt:enospc makes every
+// checkpoint's write fail with ENOSPC, as a full disk does;
+// ckpt:enospc@<file name> only the write of that file (e.g.
+// ckpt:enospc@epoch=0-step=6.ckpt), so that earlier commits succeed. The
+// failure takes the real error path (temporary removed, one line).
+bool injected_enospc(const std::filesystem::path& final_path);
 
 }  // namespace kiln

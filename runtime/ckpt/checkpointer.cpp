@@ -1,5 +1,9 @@
 #include "ckpt/checkpointer.hpp"
 
+#include <chrono>
+#include <memory>
+#include <utility>
+
 #include <spdlog/spdlog.h>
 
 #include "ckpt/checkpoint_dir.hpp"
@@ -19,47 +23,85 @@ void Checkpointer::open() {
   directory_.open();
 }
 
-std::filesystem::path Checkpointer::write(const TrainPosition& position,
-                                          const std::function<RunStateView(const TrainPosition&)>& state) {
-  const RunStateView view = state(position);
-  const auto ranked = config_.dir / checkpoint_name(position.epoch, position.global_step);
-  const auto last = config_.dir / "last.ckpt";
-  std::filesystem::path written;
+std::filesystem::path Checkpointer::file_for(const TrainPosition& position) const {
+  return config_.dir / (config_.save_top_k != 0 ? checkpoint_name(position.epoch, position.global_step)
+                                               : std::string("last.ckpt"));
+}
+
+void Checkpointer::write(const std::filesystem::path& file, const TrainPosition& position,
+                         std::optional<double> monitored, const CheckpointSnapshot& snapshot) {
+  commit_checkpoint(file, snapshot);
   if (config_.save_top_k != 0) {
-    save_run_state(ranked, view);
-    directory_.add_ranked(CheckpointInfo{ranked, position.epoch, position.global_step, view.monitored, false});
-    written = ranked;
-    if (config_.save_last) link_checkpoint(ranked, last);
-  } else {
-    save_run_state(last, view);
-    written = last;
+    directory_.add_ranked(CheckpointInfo{file, position.epoch, position.global_step, monitored, false});
+    if (config_.save_last) link_checkpoint(file, config_.dir / "last.ckpt");
   }
   // Older checkpoints go only now, after the new one is durable.
   directory_.prune(policy());
-  spdlog::info("checkpoint committed: {}", written.string());
-  return written;
+  spdlog::info("checkpoint committed: {}", file.string());
+}
+
+void Checkpointer::agree(const std::string& error) {
+  if (all_succeeded_(error.empty())) return;
+  // The cause is rank 0's; the other ranks only learn that it failed.
+  if (rank_ != 0) throw PeerFailure("rank 0 failed to commit a checkpoint (its report names the cause)");
+  throw std::runtime_error("checkpoint not committed: " + error);
 }
 
 std::filesystem::path Checkpointer::commit(const TrainPosition& position,
                                            const std::function<RunStateView(const TrainPosition&)>& state) {
-  std::filesystem::path written;
+  const std::filesystem::path file = file_for(position);
+  const auto started = std::chrono::steady_clock::now();
+  size_t snapshot_bytes = 0;
   std::string error;
   if (rank_ == 0) {
-    try {
-      written = write(position, state);
-    } catch (const std::exception& e) {
-      error = e.what();
+    // The one in flight first: its failure is this commit's (nothing newer
+    // is written over a failing disk), and at most one is ever in flight.
+    if (auto failed = background_.wait()) error = *failed;
+    if (error.empty()) error = std::exchange(background_error_, {});
+    if (error.empty()) {
+      try {
+        const RunStateView view = state(position);
+        auto snapshot = std::make_shared<const CheckpointSnapshot>(snapshot_run_state(view));
+        snapshot_bytes = snapshot->bytes();
+        if (config_.async) {
+          background_.start([this, file, position, monitored = view.monitored, snapshot] {
+            write(file, position, monitored, *snapshot);
+          });
+        } else {
+          write(file, position, view.monitored, *snapshot);
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
     }
   }
-  // Every rank returns the file committed: its name follows from the
-  // position, and each rank learns here that rank 0 wrote it.
-  if (all_succeeded_(error.empty()))
-    return rank_ == 0 ? written
-                      : config_.dir / (config_.save_top_k != 0 ? checkpoint_name(position.epoch, position.global_step)
-                                                               : std::string("last.ckpt"));
-  // The cause is rank 0's; the other ranks only learn that it failed.
+  agree(error);
+  // What bench/async_ckpt.sh reads: how long the step loop stood still.
+  spdlog::debug("checkpoint {}: the step loop waited {:.1f} ms ({}; snapshot {:.1f} MB)", file.filename().string(),
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count(),
+                config_.async ? "written in the background" : "written", static_cast<double>(snapshot_bytes) / 1e6);
+  return file;
+}
+
+void Checkpointer::finish() {
+  if (!config_.async) return;
+  std::string error;
+  if (rank_ == 0) {
+    if (auto failed = background_.wait()) error = *failed;
+    if (error.empty()) error = std::exchange(background_error_, {});
+  }
+  agree(error);
+}
+
+bool Checkpointer::background_failed() {
+  if (rank_ != 0) return false;
+  if (auto failed = background_.poll()) background_error_ = *failed;
+  return !background_error_.empty();
+}
+
+void Checkpointer::raise_background_failure() {
   if (rank_ != 0) throw PeerFailure("rank 0 failed to commit a checkpoint (its report names the cause)");
-  throw std::runtime_error("checkpoint not committed: " + error);
+  throw std::runtime_error("checkpoint not committed: " + std::exchange(background_error_, {}));
 }
 
 std::string Checkpointer::restore(const std::filesystem::path& file, RunStateView& view) {

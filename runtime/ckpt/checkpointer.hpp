@@ -3,13 +3,21 @@
 // commit protocol across ranks (rank 0 writes replicated state; every rank
 // then learns in one collective whether the commit happened, and none goes on
 // if it did not), and restore for resume.
+//
+// Asynchronous commits ([checkpoint] async, docs/checkpoints.md): commit()
+// takes the snapshot on rank 0 and returns while a background thread writes
+// it with the same protocol; at most one is in flight. Its outcome reaches
+// every rank at the next commit (which waits for it first), at finish(), or
+// at a step's vote (background_failed / raise_background_failure).
 #pragma once
 
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "ckpt/background_commit.hpp"
 #include "ckpt/checkpoint_dir.hpp"
 #include "ckpt/retention.hpp"
 #include "ckpt/run_state.hpp"
@@ -32,28 +40,46 @@ class Checkpointer {
 
   // Commits a checkpoint at `position` on every rank together. `state` is
   // called on rank 0 only, to build what is saved. Returns the file
-  // committed, on every rank (rank 0 wrote it); throws on every rank when the commit failed (rank 0 with the
-  // cause; the others with PeerFailure).
+  // committed (asynchronous: being written), on every rank; throws on every
+  // rank when the commit failed, or the one before it in the background
+  // (rank 0 with the cause; the others with PeerFailure).
   std::filesystem::path commit(const TrainPosition& position,
                                const std::function<RunStateView(const TrainPosition&)>& state);
+
+  // On every rank together: waits until no commit is in flight; throws as
+  // commit() does when the one in flight failed. A no-op when synchronous.
+  void finish();
+
+  // Rank 0, without waiting: whether the commit in flight has failed (its
+  // cause is kept for raise_background_failure). False on other ranks.
+  bool background_failed();
+  // On every rank, once a vote said some rank's background commit failed.
+  [[noreturn]] void raise_background_failure();
 
   // Restores `file` into `view` (after checking it fits). Returns the resume
   // point in one line: name, size and position, for the start-up agreement.
   static std::string restore(const std::filesystem::path& file, RunStateView& view);
 
-  const std::vector<CheckpointInfo>& ranked() const { return directory_.ranked(); }
 
  private:
   RetentionPolicy policy() const;
-  // Rank 0's part of commit(): writes the file (and the last link), then
-  // prunes. Returns the file written.
-  std::filesystem::path write(const TrainPosition& position,
-                              const std::function<RunStateView(const TrainPosition&)>& state);
+  // The file a commit at `position` writes.
+  std::filesystem::path file_for(const TrainPosition& position) const;
+  // Rank 0's part of a commit: writes the snapshot (and the last link), then
+  // prunes. On the commit thread when asynchronous.
+  void write(const std::filesystem::path& file, const TrainPosition& position, std::optional<double> monitored,
+             const CheckpointSnapshot& snapshot);
+  // Every rank learns whether rank 0's part (`error`, "" if none) succeeded;
+  // throws on every rank if not.
+  void agree(const std::string& error);
 
   const CheckpointConfig& config_;
   int rank_;
   AllSucceeded all_succeeded_;
   CheckpointDirectory directory_;
+  std::string background_error_;  // rank 0: a failure background_failed() saw
+  // Last: destroyed first, so a commit in flight ends before what it uses.
+  BackgroundCommit background_;
 };
 
 }  // namespace kiln

@@ -1,14 +1,19 @@
 #include "ckpt/tensor_sections.hpp"
 
+#include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include "ckpt/checkpoint_meta.hpp"
 
@@ -101,9 +106,27 @@ void add_rng_state(CheckpointSnapshot& snapshot, const std::string& name, at::Ge
 
 void add_tensor_section(CheckpointSnapshot& snapshot, const std::string& name, const at::Tensor& tensor) {
   // A copy of its own (even of a contiguous CPU tensor): the live one goes on training.
-  auto copy = std::make_shared<at::Tensor>(tensor.detach().to(at::TensorOptions().device(at::kCPU).dtype(tensor.scalar_type()),
-                                                              /*non_blocking=*/false, /*copy=*/true,
-                                                              at::MemoryFormat::Contiguous));
+  const at::Tensor source = tensor.detach();
+  std::shared_ptr<at::Tensor> copy;
+  if (source.is_cuda()) {
+    // Into pinned memory without waiting for the device: the copy is queued
+    // on the tensor's stream, before anything the next step does to it, and
+    // the writer waits for its event (CheckpointSnapshot::add_wait) before
+    // it reads the bytes. The step loop does not wait for the copy.
+    copy = std::make_shared<at::Tensor>(
+        at::empty(source.sizes(), source.options().device(at::kCPU).pinned_memory(true)));
+    copy->copy_(source, /*non_blocking=*/true);
+    const c10::impl::VirtualGuardImpl guard(source.device().type());
+    auto copied = std::make_shared<c10::Event>(source.device().type());
+    copied->record(guard.getStream(source.device()));
+    snapshot.add_wait([copied] {
+      // query(), not a blocking wait: LibTorch 1.13's Event has no synchronize.
+      while (!copied->query()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+  } else {
+    copy = std::make_shared<at::Tensor>(source.to(at::TensorOptions().device(at::kCPU).dtype(source.scalar_type()),
+                                                  /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous));
+  }
   std::string sizes;
   for (int64_t d = 0; d < copy->dim(); ++d) sizes += (d ? "," : "") + std::to_string(copy->size(d));
   const std::string header = std::string(c10::toString(copy->scalar_type())) + " " + sizes + "\n";

@@ -28,6 +28,7 @@
 #include "ckpt/weights_export.hpp"
 #include "distributed/launch_env.hpp"
 #include "distributed/heartbeat.hpp"
+#include "distributed/restarts.hpp"
 #include "distributed/supervisor.hpp"
 #include "plugin/loader.hpp"
 #include "train/model_parameters.hpp"
@@ -129,19 +130,36 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
   return kiln::kExitOk;
 }
 
-// The checkpoint --resume (or --ckpt) names, resolved: a file, `last` or `best`.
-std::optional<std::filesystem::path> resume_checkpoint(const std::string& resume, const kiln::Manifest& manifest) {
+// The checkpoint --resume (or --ckpt) names, resolved: a file, `last`,
+// `best`, or (fit only) `auto`: the newest committed checkpoint if there is
+// one, else a fresh start, logged either way.
+std::optional<std::filesystem::path> resume_checkpoint(const std::string& resume, const kiln::Manifest& manifest,
+                                                       kiln::Command command) {
   if (resume.empty()) return std::nullopt;
-  std::filesystem::path file = kiln::resolve_resume(
-      resume, manifest.checkpoint.dir, kiln::RetentionPolicy{manifest.checkpoint.monitor, manifest.checkpoint.mode, 1});
+  const kiln::RetentionPolicy policy{manifest.checkpoint.monitor, manifest.checkpoint.mode, 1};
+  if (resume == "auto") {
+    if (command != kiln::Command::fit)
+      throw kiln::InputError("--ckpt auto: `auto` is fit's --resume (continue if a checkpoint exists, else start "
+                             "fresh); evaluating needs weights: name a file, `last` or `best`");
+    const std::optional<kiln::CheckpointInfo> newest = kiln::newest_checkpoint(manifest.checkpoint.dir, policy);
+    if (newest)
+      spdlog::info("--resume auto: resuming from {} (step {})", newest->path.string(), newest->global_step);
+    else
+      spdlog::info("--resume auto: no checkpoint in {}; a fresh start", manifest.checkpoint.dir.string());
+    return newest ? std::optional(newest->path) : std::nullopt;
+  }
+  std::filesystem::path file = kiln::resolve_resume(resume, manifest.checkpoint.dir, policy);
   spdlog::debug("start-up: --resume {} resolved to {} at {:.2f} s", resume, file.string(), kiln::seconds_since_start());
   return file;
 }
 
 // Several processes on this machine: kiln's supervisor starts the workers
 // (each runs this command line again, as a launched rank) and watches them.
+// With max_restarts, a failed run starts again from its newest committed
+// checkpoint (distributed/restarts.hpp).
 int supervise_workers(const kiln::Manifest& manifest, const std::vector<std::string>& argv, bool run_dir_locked,
-                      const std::atomic<int>* signal) {
+                      const std::atomic<int>* signal, int max_restarts,
+                      const std::optional<std::filesystem::path>& resume_file) {
   kiln::SupervisorOptions options;
   options.processes = static_cast<int>(manifest.distributed.processes);
   options.argv = argv;
@@ -159,7 +177,16 @@ int supervise_workers(const kiln::Manifest& manifest, const std::vector<std::str
   // bounded by the same timeout as the rendezvous that follows.
   options.startup_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(std::max(manifest.distributed.timeout_s, 10.0) * 1000));
-  const kiln::SupervisorResult result = kiln::supervise(options, signal);
+  kiln::RestartPlan plan;
+  plan.max_restarts = max_restarts;
+  plan.first_resume = resume_file;
+  const kiln::RetentionPolicy policy{manifest.checkpoint.monitor, manifest.checkpoint.mode, 1};
+  plan.newest = [dir = manifest.checkpoint.dir, policy]() -> std::optional<kiln::CommittedCheckpoint> {
+    const auto newest = kiln::newest_checkpoint(dir, policy);
+    if (!newest) return std::nullopt;
+    return kiln::CommittedCheckpoint{newest->path, newest->global_step};
+  };
+  const kiln::SupervisorResult result = kiln::supervise_with_restarts(options, signal, plan);
   if (result.exit_code == kiln::kExitPreempted)
     std::cerr << "kiln: " << result.report << std::endl;
   else if (result.exit_code != 0)
@@ -195,10 +222,12 @@ int finish_run(const kiln::RunOutcome& outcome, kiln::Heartbeat& heartbeat) {
 // fit, validate, test or predict: the manifest and plugins loaded and
 // checked, then the run, in this process or under kiln's supervisor.
 int run_command(kiln::Command command, const std::string& manifest_file, std::vector<std::string> overrides,
-                int processes, const std::string& resume, const std::vector<std::string>& argv,
+                int processes, int max_restarts_option, const std::string& resume, const std::vector<std::string>& argv,
                 const std::atomic<int>* signal, kiln::Heartbeat& heartbeat, double main_reached_s) {
   heartbeat.phase("loading the manifest and plugins");
   if (processes > 0) overrides.push_back("distributed.processes=" + std::to_string(processes));
+  if (max_restarts_option >= 0)
+    overrides.push_back("distributed.max_restarts=" + std::to_string(max_restarts_option));
   kiln::Manifest manifest = kiln::load_manifest(manifest_file, overrides, kiln::PluginSearchPath::from_environment());
   spdlog::set_level(spdlog_level(manifest.run.log_level));
   const std::optional<kiln::DistEnv> launched = kiln::detect_launcher(kiln::process_environment());
@@ -216,7 +245,16 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   // line is the trainer's): bench/README.md, "Start-up".
   spdlog::debug("start-up: main() reached at {:.2f} s (LibTorch's libraries loaded and initialised), "
                 "manifest and plugins loaded at {:.2f} s", main_reached_s, kiln::seconds_since_start());
-  const std::optional<std::filesystem::path> resume_file = resume_checkpoint(resume, manifest);
+  // A restarted worker of kiln's own launch resumes where its supervisor says.
+  const char* restart_from = std::getenv(kiln::kResumeFromVariable);
+  const bool restarted = launched && launched->launcher == "kiln" && restart_from != nullptr && *restart_from != '\0';
+  const std::optional<std::filesystem::path> resume_file =
+      restarted ? resume_checkpoint(restart_from, manifest, command) : resume_checkpoint(resume, manifest, command);
+  const int max_restarts = command == kiln::Command::fit ? static_cast<int>(manifest.distributed.max_restarts) : 0;
+  if (max_restarts > 0 && launched && launched->launcher != "kiln" && launched->rank == 0)
+    spdlog::warn("distributed.max_restarts restarts kiln's own workers; under {} it does nothing: use the launcher's "
+                 "restarts (torchrun --max-restarts, a SLURM requeue) with --resume auto",
+                 launched->launcher);
 
   // The device, decided before any worker starts or anything is written: a
   // supervisor checks for all its ranks (each then takes its own), a
@@ -224,7 +262,10 @@ int run_command(kiln::Command command, const std::string& manifest_file, std::ve
   manifest.run.device = kiln::choose_device(
       manifest.run.device, manifest.trainer.precision, manifest.distributed.backend, launched ? launched->local_rank : 0,
       launched ? launched->local_world_size : manifest.distributed.processes, kiln::cuda_facts(), manifest.file.string());
-  if (!launched && manifest.distributed.processes > 1) return supervise_workers(manifest, argv, run_dir_locked, signal);
+  // Restarts need a process that outlives the workers: one worker is
+  // supervised too when they are asked for.
+  if (!launched && (manifest.distributed.processes > 1 || max_restarts > 0))
+    return supervise_workers(manifest, argv, run_dir_locked, signal, max_restarts, resume_file);
   if (launched && launched->world_size > 1) {
     // Lightning prints from rank 0; other ranks say only what is wrong.
     spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", launched->rank));
@@ -244,6 +285,7 @@ struct CommandLine {
   std::string manifest;
   std::vector<std::string> overrides;
   int processes = 0;
+  int max_restarts = -1;  // -1: not given
   std::string resume;
   // inspect
   CLI::App* inspect_cmd = nullptr;
@@ -294,9 +336,15 @@ struct CommandLine {
       sub->add_option("--processes,-n", processes,
                       "start this many worker processes on this machine (overrides distributed.processes)")
           ->check(CLI::Range(1, 4096));
-      if (s.command == kiln::Command::fit)
-        sub->add_option("--resume", resume, "continue from a checkpoint: a file, `last` or `best`");
-      else
+      if (s.command == kiln::Command::fit) {
+        sub->add_option("--resume", resume,
+                        "continue from a checkpoint: a file, `last`, `best`, or `auto` (the newest if there is one, "
+                        "else a fresh start: for torchrun restarts and requeued jobs)");
+        sub->add_option("--max-restarts", max_restarts,
+                        "after a worker fails, restart the workers from the newest committed checkpoint up to this "
+                        "many times (overrides distributed.max_restarts)")
+            ->check(CLI::NonNegativeNumber);
+      } else
         sub->add_option("--ckpt", resume, "evaluate the weights of a checkpoint: a file, `last` or `best`");
       commands.emplace_back(sub, s.command);
     }
@@ -359,7 +407,7 @@ int run_parsed(CommandLine& cli, const std::vector<std::string>& argv, kiln::Sig
   if (cli.app.count("--log-level") > 0) cli.overrides.push_back("run.log_level=" + cli.log_level);
   for (const auto& [sub, command] : cli.commands)
     if (sub->parsed()) {
-      const int code = run_command(command, cli.manifest, cli.overrides, cli.processes, cli.resume, argv,
+      const int code = run_command(command, cli.manifest, cli.overrides, cli.processes, cli.max_restarts, cli.resume, argv,
                                    signals.signal(), heartbeat, main_reached_s);
       if (code == kiln::kExitOk) heartbeat.done();
       return code;

@@ -132,6 +132,9 @@ struct CheckpointConfig {
   // The signal that means "preempted: checkpoint now and exit 75" (SLURM and
   // most schedulers send SIGTERM first). none: it interrupts like SIGINT.
   PreemptSignal preempt_signal = PreemptSignal::sigterm;
+  // Written on a background thread from a host-memory snapshot
+  // (ckpt/checkpointer.hpp); the snapshot is taken either way.
+  bool async = true;
 };
 
 struct DistributedConfig {
@@ -142,6 +145,7 @@ struct DistributedConfig {
   double timeout_s = 60.0;          // every collective
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 0;          // 0 = pick a free one
+  int64_t max_restarts = 0;         // kiln fit under kiln's own launch (distributed/restarts.hpp)
 };
 
 // Where metrics go (docs/logging.md): any of "csv", "jsonl", "tensorboard".

@@ -256,6 +256,9 @@ TableSchema declare_checkpoint_table() {
       .default_text("true when [checkpoint] is present");
   checkpoint.key("preempt_signal", &CheckpointConfig::preempt_signal,
                  "the signal that means preempted: checkpoint, then exit 75; none: it interrupts");
+  checkpoint.key("async", &CheckpointConfig::async,
+                 "write each checkpoint on a background thread from a snapshot in host memory while training goes on "
+                 "(one in flight; docs/checkpoints.md); false: training waits for the write");
   return checkpoint.done();
 }
 
@@ -276,6 +279,11 @@ TableSchema declare_distributed_table() {
       .nonempty();
   distributed.key("master_port", &DistributedConfig::master_port, "the rendezvous port; 0 = a free one")
       .between(0, 65535);
+  distributed.key("max_restarts", &DistributedConfig::max_restarts,
+                  "kiln fit: after a worker fails, start the workers again this many times at most, from the newest "
+                  "committed checkpoint (--max-restarts; never after bad input, a start-up disagreement, a "
+                  "preemption or a restart that committed nothing)")
+      .at_least(0);
   return distributed.done();
 }
 

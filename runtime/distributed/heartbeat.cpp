@@ -59,9 +59,11 @@ void Heartbeat::beat() {
   using Clock = std::chrono::steady_clock;
   Activity::Snapshot last = activity_.snapshot();
   Clock::time_point still_since = Clock::now();
+  int64_t step_sent = -1;
   while (!stopping_) {
     const char beat = heartbeat::kBeat;
     if (::write(fd_, &beat, 1) < 0 && errno == EPIPE) return;
+
     const Activity::Snapshot now = activity_.snapshot();
     if (now.moves != last.moves || now.hook == nullptr) {
       last = now;
@@ -70,7 +72,15 @@ void Heartbeat::beat() {
       const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - still_since).count();
       if (seconds >= kBusyAfterSeconds) send("@busy " + std::to_string(seconds) + " " + now.hook + "\n");
     }
-    for (int i = 0; i < 10 && !stopping_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The step, when it moved, every tenth of a second: a rank killed soon
+    // after a restart is still named with the step it reached.
+    for (int i = 0; i < 10 && !stopping_; ++i) {
+      if (const int64_t step = activity_.step(); step != step_sent) {
+        send("@step " + std::to_string(step) + "\n");
+        step_sent = step;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 //   kBeat            one byte a second from a thread of its own: evidence of life;
 //   "@phase NAME\n"  the phase the worker entered (loading, rendezvous, ...);
 //   "@busy S HOOK\n" the main thread has been inside plugin hook HOOK for S s;
+//   "@step N\n"      the optimizer steps done so far, when changed (at most ten a second);
 //   "!R REPORT\n"    why the worker fails, R = 1 for a root cause, 0 for an
 //                    echo of another rank's failure;
 //   "@done\n"        the worker finished its command successfully.

@@ -57,6 +57,7 @@ struct Worker {
   std::string partial;      // an incomplete line
   std::string phase = "start-up";
   std::string busy_hook;    // the hook the main thread has been inside, if any
+  int64_t step = -1;        // optimizer steps done, as it last said
   int64_t busy_seconds = 0;
   bool done = false;        // said "@done": finished its command
   bool has_report = false;
@@ -74,6 +75,8 @@ struct Observed {
   std::string cause;
   int code;
   bool root;
+  std::string phase;     // the failing worker's phase then
+  bool reported = false;  // the worker said why itself
 };
 
 // Takes what came through a worker's pipe: beats refresh its clock, lines
@@ -103,6 +106,8 @@ void take_bytes(Worker& w, const char* data, ssize_t n, Clock::time_point now) {
       if (space == std::string::npos) continue;
       w.busy_seconds = std::atoll(line.substr(6, space - 6).c_str());
       w.busy_hook = line.substr(space + 1);
+    } else if (line.rfind("@step ", 0) == 0) {
+      w.step = std::atoll(line.c_str() + 6);
     } else if (line == "@done") {
       w.done = true;
     }
@@ -318,11 +323,12 @@ void Supervision::on_killed(Worker& w) {
   }
   failures_.push_back({w.rank, who(w) + "did not stop within " +
                                    std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.grace).count()) +
-                                   " s of SIGTERM and was killed", 1, false});
+                                   " s of SIGTERM and was killed", 1, false, w.phase, false});
 }
 
 void Supervision::on_failed(Worker& w, int status, int code) {
   std::string cause = describe_status(status);
+  if (w.step >= 0) cause += " at step " + std::to_string(w.step);
   if (w.has_report)
     cause += ": " + w.report;
   else if (!w.busy_hook.empty())
@@ -341,7 +347,7 @@ void Supervision::take_signal() {
   const int s = signal_ ? signal_->load() : 0;
   if (!s) return;
   const std::string why = std::string("interrupted by SIG") + sigabbrev_np(s);
-  failures_.push_back({-1, why, 130, true});
+  failures_.push_back({-1, why, 130, true, "", false});
   stop_all(why, s);
 }
 
@@ -380,7 +386,7 @@ void Supervision::stop_all(const std::string& why, int forward) {
 
 void Supervision::fail(Worker& w, const std::string& cause, int code, bool root) {
   w.accounted = true;
-  failures_.push_back({w.rank, who(w) + cause, code, root});
+  failures_.push_back({w.rank, who(w) + cause, code, root, w.phase, w.has_report});
   stop_all("rank " + std::to_string(w.rank) + " " + cause);
 }
 
@@ -411,6 +417,9 @@ SupervisorResult Supervision::outcome() const {
   if (chosen) {
     result.exit_code = chosen->code;
     result.report = chosen->cause;
+    result.rank = chosen->rank;
+    result.phase = chosen->phase;
+    result.reported = chosen->reported;
   }
   return result;
 }

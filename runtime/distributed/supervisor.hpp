@@ -33,6 +33,13 @@ struct SupervisorOptions {
 struct SupervisorResult {
   int exit_code = 0;        // 0, or the exit code kiln returns
   std::string report;       // one line naming the first failing rank and its cause; empty on success
+  // Of the failure reported: the rank (-1: the supervisor's own signal), the
+  // phase that rank was in ("start-up agreement", "fit", ...) and whether it
+  // said why itself (a rank killed by a signal did not). A restart is
+  // decided on these (distributed/restarts.hpp).
+  int rank = -1;
+  std::string phase;
+  bool reported = false;
 };
 
 // Runs the workers to completion. `signal` is the supervisor's own

@@ -30,8 +30,13 @@ class Activity {
   Snapshot snapshot() const noexcept {
     return {hook_.load(std::memory_order_relaxed), moves_.load(std::memory_order_relaxed)};
   }
+  // The optimizer steps done so far: the supervisor names the step a rank
+  // failed at, and a restart logs it. One relaxed store per step.
+  void at_step(int64_t global_step) noexcept { step_.store(global_step, std::memory_order_relaxed); }
+  int64_t step() const noexcept { return step_.load(std::memory_order_relaxed); }
 
  private:
+  std::atomic<int64_t> step_{-1};
   std::atomic<const char*> hook_{nullptr};
   std::atomic<uint64_t> moves_{0};
 };

@@ -132,7 +132,8 @@ class Recording : public Base {
 // (log "val/mixed" reduced by max on that rank, by mean on the others);
 // tensor_metrics (log the same values as tensors and as doubles, with each
 // reduction: "val/tensor_<r>" and "val/double_<r>"); wait_for (training_step first waits until the log holds this line;
-// "{rank}" in it becomes this rank).
+// "{rank}" in it becomes this rank); step_ms (each training_step sleeps this
+// long: a run slow enough for a test to act on).
 class RecorderModel : public Recording<kiln::Model> {
  public:
   RecorderModel(const kiln::Host& host, kiln::Config& config)
@@ -144,7 +145,8 @@ class RecorderModel : public Recording<kiln::Model> {
         hang_after_(config.get<int64_t>("hang_after", 0)),
         max_reduce_on_rank_(config.get<int64_t>("max_reduce_on_rank", -1)),
         tensor_metrics_(config.get<bool>("tensor_metrics", false)),
-        wait_for_(config.get<std::string>("wait_for", "")) {
+        wait_for_(config.get<std::string>("wait_for", "")),
+        step_ms_(config.get<int64_t>("step_ms", 0)) {
     if (const size_t at = wait_for_.find("{rank}"); at != std::string::npos)
       wait_for_.replace(at, 6, std::to_string(host.rank()));
     if (const std::string buffer = config.get<std::string>("buffer", ""); !buffer.empty())
@@ -177,6 +179,8 @@ class RecorderModel : public Recording<kiln::Model> {
     if (!wait_for_.empty())
       for (int i = 0; i < 600 && !recorder_.logged(wait_for_); ++i) ::usleep(100'000);
     recorder_.hook("training_step");
+    // A slower step, so that a test can act while a run is in its loop.
+    if (step_ms_ > 0) ::usleep(static_cast<useconds_t>(step_ms_ * 1000));
     if (host().rank() == hang_on_rank_ && steps_++ >= hang_after_) {
       recorder_.record("training_step hangs");
       for (;;) ::sleep(60);
@@ -222,6 +226,7 @@ class RecorderModel : public Recording<kiln::Model> {
   std::string dump_params_;
   int64_t hang_on_rank_, hang_after_, max_reduce_on_rank_;
   std::string wait_for_;
+  int64_t step_ms_;
   int64_t steps_ = 0;
 };
 

@@ -1,7 +1,8 @@
 // The host's concurrent parts, in-process, so that ThreadSanitizer can watch
 // them (./go test --tsan): the prefetcher (with a fake data module, no
-// dlopen), the signal watcher, the heartbeat and the supervisor (whose
-// workers are this test binary, re-executed in a worker mode).
+// dlopen), the asynchronous checkpoint commit, the signal watcher, the
+// heartbeat and the supervisor (whose workers are this test binary,
+// re-executed in a worker mode).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -19,7 +20,9 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "ckpt/background_commit.hpp"
 #include "distributed/heartbeat.hpp"
+#include "distributed/restarts.hpp"
 #include "distributed/supervisor.hpp"
 #include "kiln/tensor.hpp"
 #include "plugin/host_objects.hpp"
@@ -58,6 +61,19 @@ int rank_from_env() {
     heartbeat.report_failure(true, "boom on rank 0");
     std::_Exit(1);
   }
+  // Rank 1 reaches step 7 and dies by SIGKILL, unless it was restarted
+  // (the supervisor names a checkpoint to resume from).
+  if (mode == "killed_unless_restarted") {
+    heartbeat.activity()->at_step(7);
+    std::this_thread::sleep_for(1500ms);  // a beat carries the step
+    const char* from = std::getenv(kiln::kResumeFromVariable);
+    if (from == nullptr || std::string(from) != "/ckpt/step-7.ckpt") {
+      if (rank == 1) ::raise(SIGKILL);
+      for (;;) std::this_thread::sleep_for(1s);
+    }
+    heartbeat.done();
+    std::_Exit(0);
+  }
   if (mode == "hang_on_rank1") {
     if (rank == 1) {
       ::signal(SIGTERM, SIG_IGN);  // stuck for good: only SIGKILL ends it
@@ -75,6 +91,16 @@ const bool g_worker = [] {
   if (const char* mode = std::getenv("KILN_TEST_WORKER_MODE"); mode && *mode) worker_main(mode);
   return false;
 }();
+
+kiln::SupervisorOptions worker_options() {
+  kiln::SupervisorOptions options;
+  options.processes = 2;
+  options.argv = {"/proc/self/exe"};
+  options.startup_timeout = 30s;
+  options.heartbeat_timeout = 10s;
+  options.grace = 2s;
+  return options;
+}
 
 kiln::SupervisorResult supervise_workers(const std::string& mode) {
   ::setenv("KILN_TEST_WORKER_MODE", mode.c_str(), 1);
@@ -115,6 +141,79 @@ TEST(Supervisor, AHungRankIsReportedAsHungNotAsTheSupervisorsKill) {
   EXPECT_NE(r.report.find("rank 1 (pid"), std::string::npos) << r.report;
   EXPECT_NE(r.report.find("hung in training_step"), std::string::npos) << r.report;
   EXPECT_EQ(r.report.find("SIGKILL"), std::string::npos) << r.report;
+}
+
+// --- restarts (distributed/restarts.hpp) --------------------------------------------
+
+TEST(Supervisor, AKilledRankIsReportedWithTheStepItReached) {
+  const auto r = supervise_workers("killed_unless_restarted");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.report.find("rank 1 (pid"), std::string::npos) << r.report;
+  EXPECT_NE(r.report.find("was killed by SIGKILL at step 7"), std::string::npos) << r.report;
+  EXPECT_EQ(r.rank, 1);
+  EXPECT_EQ(r.phase, "fit");
+  EXPECT_FALSE(r.reported);
+}
+
+TEST(Restarts, AFailureRestartsTheWorkersFromTheNewestCheckpoint) {
+  ::setenv("KILN_TEST_WORKER_MODE", "killed_unless_restarted", 1);
+  int looked = 0;
+  kiln::RestartPlan plan;
+  plan.max_restarts = 2;
+  // Nothing at the start; step 7 committed by the time rank 1 dies.
+  plan.newest = [&]() -> std::optional<kiln::CommittedCheckpoint> {
+    if (looked++ == 0) return std::nullopt;
+    return kiln::CommittedCheckpoint{"/ckpt/step-7.ckpt", 7};
+  };
+  const std::atomic<int> no_signal{0};
+  const auto r = kiln::supervise_with_restarts(worker_options(), &no_signal, plan);
+  ::unsetenv("KILN_TEST_WORKER_MODE");
+  EXPECT_EQ(r.exit_code, 0) << r.report;
+  EXPECT_EQ(looked, 2) << "once before the first start, once after the failure";
+}
+
+TEST(Restarts, AFailureWithNothingCommittedSinceTheLastRestartEndsTheRun) {
+  ::setenv("KILN_TEST_WORKER_MODE", "killed_unless_restarted", 1);
+  int looked = 0;
+  kiln::RestartPlan plan;
+  plan.max_restarts = 5;
+  plan.first_resume = "/ckpt/step-3.ckpt";
+  plan.newest = [&]() -> std::optional<kiln::CommittedCheckpoint> {
+    ++looked;
+    return kiln::CommittedCheckpoint{"/ckpt/step-3.ckpt", 3};  // never moves
+  };
+  const std::atomic<int> no_signal{0};
+  const auto r = kiln::supervise_with_restarts(worker_options(), &no_signal, plan);
+  ::unsetenv("KILN_TEST_WORKER_MODE");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.report.find("was killed by SIGKILL at step 7"), std::string::npos) << r.report;
+  EXPECT_EQ(looked, 3) << "two attempts: the first restart is free, the second needs a new commit";
+}
+
+TEST(Restarts, WhatCannotHealIsNeverRestarted) {
+  kiln::SupervisorResult failed;
+  failed.exit_code = 1;
+  failed.rank = 1;
+  failed.phase = "fit";
+  EXPECT_EQ(kiln::why_not_restart(failed, 0, 3, false), std::nullopt);
+  EXPECT_EQ(kiln::why_not_restart(failed, 2, 3, true), std::nullopt);
+  EXPECT_NE(kiln::why_not_restart(failed, 3, 3, true), std::nullopt);
+  EXPECT_NE(kiln::why_not_restart(failed, 1, 3, false)->find("crash loop"), std::string::npos);
+  EXPECT_EQ(*kiln::why_not_restart(failed, 0, 0, true), "") << "no restarts asked for: nothing to say";
+  auto with = [&](int code, int rank, std::string phase, bool reported) {
+    kiln::SupervisorResult r = failed;
+    r.exit_code = code;
+    r.rank = rank;
+    r.phase = std::move(phase);
+    r.reported = reported;
+    return kiln::why_not_restart(r, 0, 3, true);
+  };
+  EXPECT_NE(with(2, 0, "fit", true)->find("bad input"), std::string::npos);
+  EXPECT_NE(with(75, 0, "fit", true)->find("preempted"), std::string::npos);
+  EXPECT_NE(with(130, -1, "", false), std::nullopt);
+  EXPECT_NE(with(1, 0, "start-up agreement", true)->find("start-up agreement"), std::string::npos);
+  // A rank killed during the agreement (a node lost) said nothing: that can heal.
+  EXPECT_EQ(with(1, 1, "start-up agreement", false), std::nullopt);
 }
 
 // --- heartbeat -------------------------------------------------------------------
@@ -473,6 +572,81 @@ TEST_F(PrefetcherTest, AStuckGetBatchIsAbandonedWhenTheRunFails) {
   while (instance->calls_in_flight() > 0 && Clock::now() < until) std::this_thread::sleep_for(5ms);
   EXPECT_EQ(instance->calls_in_flight(), 0);
   std::this_thread::sleep_for(50ms);  // the abandoned thread drops its batch and ends
+}
+
+// --- the asynchronous checkpoint commit ---------------------------------------
+
+// A commit the test lets go when it wants.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool open = false;
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [this] { return open; });
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
+TEST(BackgroundCommit, AFailureIsSeenOnlyOnceTheWriteHasEndedAndIsTakenOnce) {
+  kiln::BackgroundCommit commit;
+  Gate gate;
+  commit.start([&] {
+    gate.wait();
+    throw std::runtime_error("cannot write checkpoint x.ckpt: write: No space left on device");
+  });
+  EXPECT_TRUE(commit.pending());
+  EXPECT_FALSE(commit.poll().has_value()) << "a running write has no outcome yet";
+  EXPECT_THROW(commit.start([] {}), std::logic_error) << "two commits in flight";
+  gate.release();
+  std::optional<std::string> failure;
+  const auto until = Clock::now() + 60s;
+  while (!failure && Clock::now() < until) {
+    failure = commit.poll();
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(*failure, "cannot write checkpoint x.ckpt: write: No space left on device");
+  EXPECT_FALSE(commit.pending());
+  EXPECT_FALSE(commit.wait().has_value()) << "taken once";
+}
+
+TEST(BackgroundCommit, WaitBlocksUntilTheWriteEndsAndTheNextMayStart) {
+  kiln::BackgroundCommit commit;
+  std::atomic<int> written{0};
+  Gate gate;
+  commit.start([&] {
+    gate.wait();
+    written = 1;
+  });
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(20ms);
+    gate.release();
+  });
+  EXPECT_FALSE(commit.wait().has_value());
+  EXPECT_EQ(written.load(), 1) << "wait() returned before the write ended";
+  releaser.join();
+  commit.start([&] { written = 2; });
+  EXPECT_FALSE(commit.wait().has_value());
+  EXPECT_EQ(written.load(), 2);
+}
+
+TEST(BackgroundCommit, DestructionFinishesTheWriteInFlight) {
+  std::atomic<bool> finished{false};
+  {
+    kiln::BackgroundCommit commit;
+    commit.start([&] {
+      std::this_thread::sleep_for(30ms);
+      finished = true;
+    });
+  }
+  EXPECT_TRUE(finished.load()) << "a snapshot being written is finished, not torn";
 }
 
 }  // namespace

@@ -186,6 +186,7 @@ class HostReads {
 struct FakeControl final : RunControl {
   std::vector<TrainPosition> checkpoints;
   std::vector<std::map<std::string, double>> rows;
+  int finishes = 0;  // finish_checkpoints() calls
   int votes = 0, others_stop_at_vote = -1, preempt_at_vote = -1, others_out_of_time_at_vote = -1;
   bool checkpoints_on = true;
   void check_signal() override {}
@@ -195,6 +196,7 @@ struct FakeControl final : RunControl {
                  mine.out_of_time || votes == others_out_of_time_at_vote};
   }
   bool checkpointing() const override { return checkpoints_on; }
+  void finish_checkpoints() override { ++finishes; }
   std::filesystem::path save_checkpoint(const TrainPosition& p) override {
     checkpoints.push_back(p);
     return "fake.ckpt";

@@ -21,6 +21,8 @@
 
 namespace kiln {
 
+class Activity;
+
 class Progress;
 
 const char* split_name(kiln_split split);
@@ -149,6 +151,9 @@ class RunControl {
   virtual Votes vote(const Votes& mine) = 0;
   // Commits a checkpoint of the run at `position` on every rank together.
   virtual std::filesystem::path save_checkpoint(const TrainPosition& position) = 0;
+  // Every rank together: waits for an asynchronous commit still in flight
+  // (the end of fit); throws on every rank when it failed.
+  virtual void finish_checkpoints() = 0;
   // Whether this run writes checkpoints ([checkpoint] present and enabled).
   virtual bool checkpointing() const = 0;
   // A preemption: commits a checkpoint at `position`, then ends the run
@@ -167,6 +172,7 @@ struct LoopContext {
   Progress& progress;
   RunControl& control;
   StepCollector* collector = nullptr;  // null: nothing is collected
+  Activity* activity = nullptr;        // null: no supervisor to tell the step
   int32_t rank = 0;
   int32_t world_size = 1;
   int64_t max_epochs = 1;

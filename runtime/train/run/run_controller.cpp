@@ -42,9 +42,12 @@ Votes RunController::vote(const Votes& mine) {
   const bool preempt = s != 0 && s == settings_.preempt_signal;
   Votes all{mine.stop, preempt, mine.out_of_time};
   bool interrupt = s != 0 && !preempt;
+  // Rank 0's asynchronous commit, looked at without waiting: a failure in
+  // the background ends the run here, on every rank, with its cause.
+  bool commit_failed = parts_.checkpointer.background_failed();
   if (parts_.group) {
     at::Tensor votes = at::tensor({all.stop ? 1.0 : 0.0, interrupt ? 1.0 : 0.0, all.preempt ? 1.0 : 0.0,
-                                   all.out_of_time ? 1.0 : 0.0},
+                                   all.out_of_time ? 1.0 : 0.0, commit_failed ? 1.0 : 0.0},
                                   at::kDouble);
     parts_.group->all_reduce_sum(votes);
     const auto v = votes.accessor<double, 1>();
@@ -52,8 +55,10 @@ Votes RunController::vote(const Votes& mine) {
     interrupt = v[1] > 0;
     all.preempt = v[2] > 0;
     all.out_of_time = v[3] > 0;
+    commit_failed = v[4] > 0;
   }
   if (interrupt) throw interrupted(s && !preempt ? s : SIGINT);
+  if (commit_failed) parts_.checkpointer.raise_background_failure();
   return all;
 }
 
@@ -67,10 +72,17 @@ std::filesystem::path RunController::save_checkpoint(const TrainPosition& positi
       position, [&](const TrainPosition& at) { return snapshot_(at, std::move(unreduced)); });
 }
 
+void RunController::finish_checkpoints() {
+  if (settings_.checkpointing) parts_.checkpointer.finish();
+}
+
 // Every rank names the file rank 0 committed (Checkpointer::commit returns
 // it on each), so the supervisor's line names it whichever rank ends first.
 void RunController::preempted(const TrainPosition& position) {
   const auto file = save_checkpoint(position);
+  // The scheduler's grace period is for this: the file is durable before
+  // the run says it is committed.
+  finish_checkpoints();
   const std::string by = "preempted by " + std::string(signal_name(settings_.preempt_signal));
   if (file.empty()) throw RunAborted(KILN_FAILURE_PREEMPTED, by + "; no checkpoint was committed");
   throw RunAborted(KILN_FAILURE_PREEMPTED,

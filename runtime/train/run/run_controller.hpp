@@ -42,6 +42,7 @@ class RunController final : public RunControl {
   void check_signal() override;
   Votes vote(const Votes& mine) override;
   std::filesystem::path save_checkpoint(const TrainPosition& position) override;
+  void finish_checkpoints() override;
   bool checkpointing() const override { return settings_.checkpointing; }
   [[noreturn]] void preempted(const TrainPosition& position) override;
   void log_row(const LogRow& row) override;

@@ -211,6 +211,7 @@ class Run {
     StepModel* steps = &*model_;
     if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
     context_.reset(new LoopContext{*steps, *batches_, events_, *metrics_, progress_, *control_});
+    context_->activity = activity_;
     collections_->attach(&*model_, &*callbacks_);
     if (collections_->consumed()) context_->collector = &*collections_;
     context_->rank = rank();
