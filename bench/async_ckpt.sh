@@ -7,6 +7,7 @@
 #   bench/async_ckpt.sh                 # the curve and the 1 GB throughput runs (~25 min here)
 #   bench/async_ckpt.sh curve 100 1000  # only the stall curve, at these sizes (MB)
 #   bench/async_ckpt.sh throughput      # only the 1 GB throughput runs
+#   KILN_BENCH_THREADS=1 bench/async_ckpt.sh throughput   # training on one core, the writer on the other
 #
 # The stall is the time the step loop stands still at a checkpoint: kiln's
 # own debug line ("the step loop waited X ms"), the median over a run's
@@ -41,7 +42,7 @@ manifest() {  # width, steps, every (0: none), async
 name = "ckpt-bench"
 dir = "$work/run"
 seed = 0
-threads = 2
+threads = ${KILN_BENCH_THREADS:-2}
 [model]
 path = "kiln_charlm"
 vocab_size = 256
@@ -70,7 +71,8 @@ TOML
   fi
 }
 
-# Runs the manifest; prints "<median stall ms> <snapshot MB> <steps/s>".
+# Runs the manifest; prints "<median stall ms> <snapshot MB> <steps/s>
+# <median wait for the previous write ms> <median snapshot ms>".
 run_kiln() {
   rm -rf "$work/run"
   "$build/bin/kiln" --log-level debug fit "$work/run.toml" > "$work/log" 2>&1 || { tail -5 "$work/log" >&2; exit 1; }
@@ -79,40 +81,50 @@ run_kiln() {
   stalls=$(awk '/the step loop waited/ { for (i = 1; i <= NF; ++i) if ($i == "waited") print $(i + 1) }' "$work/log" |
            tail -n +2 | sort -n)
   [ -n "$stalls" ] || stalls=$(awk '/the step loop waited/ { for (i = 1; i <= NF; ++i) if ($i == "waited") print $(i + 1) }' "$work/log")
-  snap=$(awk '/the step loop waited/ { for (i = 1; i <= NF; ++i) if ($i == "snapshot") print $(i + 1) }' "$work/log" | tail -1)
+  snap=$(awk '/the step loop waited/ { for (i = 1; i <= NF; ++i) if ($i == "of") print $(i + 1) }' "$work/log" | tail -1)
   rate=$(awk '/fit: [0-9]+ steps in/ { for (i = 1; i <= NF; ++i) if ($i == "steps") printf "%.4f", $(i - 1) / $(i + 2) }' "$work/log")
-  local median=0
-  if [ -n "$stalls" ]; then
-    median=$(echo "$stalls" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-  fi
-  echo "$median ${snap:-0} $rate"
+  echo "$(median_of "$stalls") ${snap:-0} $rate $(median_of "$(field "write")") $(median_of "$(field "snapshot")")"
+}
+
+# The numbers after `word` on each checkpoint's line but the first, sorted.
+field() {
+  awk -v w="$1" '/the step loop waited/ { for (i = 1; i < NF; ++i) if ($i == w) print $(i + 1) }' "$work/log" |
+    tail -n +2 | sort -n
+}
+
+median_of() {
+  [ -n "$1" ] || { echo 0; return; }
+  echo "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 csv=bench/async_ckpt.csv
 if [ "$what" = all ] || [ "$what" = curve ]; then
-  echo "mode,target_mb,snapshot_mb,stall_ms" > "$csv"
+  echo "mode,target_mb,snapshot_mb,stall_ms,previous_write_ms,snapshot_ms" > "$csv"
   for mb in $sizes; do
     d=$(width_for "$mb")
     for mode in sync async; do
-      manifest "$d" 9 2 "$([ $mode = async ] && echo true || echo false)"
-      read -r stall snap _ < <(run_kiln)
-      echo "$mode,$mb,$snap,$stall" | tee -a "$csv"
+      # Far enough apart that the previous write has ended: the stall is the snapshot's.
+      manifest "$d" 31 10 "$([ $mode = async ] && echo true || echo false)"
+      read -r stall snap _ previous copy < <(run_kiln)
+      echo "$mode,$mb,$snap,$stall,$previous,$copy" | tee -a "$csv"
     done
   done
 fi
 if [ "$what" = all ] || [ "$what" = throughput ]; then
   d=$(width_for 1000)
-  steps=${KILN_BENCH_STEPS:-300}
+  # Checkpoints at 100, 200, 300; the run ends at 350, after the last write
+  # (fit's end waits for a write in flight, which is no checkpoint's cost).
+  steps=${KILN_BENCH_STEPS:-350}
   out=bench/async_ckpt_throughput.csv
-  echo "setting,steps,steps_per_s,stall_ms,snapshot_mb" > "$out"
+  echo "setting,steps,steps_per_s,stall_ms,snapshot_mb,previous_write_ms,snapshot_ms" > "$out"
   for setting in none sync async; do
     case $setting in
       none) manifest "$d" "$steps" 0 false ;;
       sync) manifest "$d" "$steps" 100 false ;;
       async) manifest "$d" "$steps" 100 true ;;
     esac
-    read -r stall snap rate < <(run_kiln)
-    echo "$setting,$steps,$rate,$stall,$snap" | tee -a "$out"
+    read -r stall snap rate previous copy < <(run_kiln)
+    echo "$setting,$steps,$rate,$stall,$snap,$previous,$copy" | tee -a "$out"
   done
 fi
 /usr/bin/python3 bench/async_ckpt.py "$work" $sizes

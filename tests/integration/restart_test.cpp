@@ -79,6 +79,7 @@ std::vector<std::map<std::string, double>> csv_rows(const std::filesystem::path&
 }
 
 TEST(Restart, TwoProcessesKilledThreeTimesEndWithTheUninterruptedRunsWeightsAndEachStepOnce) {
+  KILN_ONLY_IN_VARIANT("debian");
   KILN_REQUIRE_CHECK_PYTHON();
   TempDir straight, killed;
   const ProcessResult s = kiln({"fit", restart_manifest(straight).string()}, {.timeout = kTimeout});
