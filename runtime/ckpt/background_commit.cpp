@@ -18,7 +18,7 @@ void BackgroundCommit::start(std::function<void()> work) {
     failure_.clear();
   }
   if (thread_.joinable()) thread_.join();  // ended: its outcome was taken
-  thread_ = std::thread([this, work = std::move(work)] {
+  thread_ = std::thread([this, work = std::move(work)]() mutable {
     std::string failure;
     try {
       work();
@@ -28,6 +28,9 @@ void BackgroundCommit::start(std::function<void()> work) {
     } catch (...) {
       failure = "unknown error";
     }
+    // What the work holds (a snapshot the size of the state) is freed before
+    // anyone learns it ended: the next snapshot never coexists with it.
+    work = nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     failure_ = std::move(failure);
     running_ = false;

@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -296,6 +298,23 @@ void CheckpointSnapshot::add(std::string name, std::string bytes) {
 void CheckpointSnapshot::add(std::string name, std::string head, std::shared_ptr<const void> owner, const void* data,
                              size_t size) {
   sections_.push_back(SnapshotSection{std::move(name), std::move(head), std::move(owner), data, size});
+}
+
+std::shared_ptr<void> SnapshotBuffers::take(const std::string& name, size_t bytes) {
+  Buffer& buffer = buffers_[name];
+  // use_count 1: only the pool holds it, every snapshot that used it is gone.
+  if (buffer.memory && buffer.bytes == bytes && buffer.memory.use_count() == 1) return buffer.memory;
+  buffer.memory.reset();
+  void* memory = std::aligned_alloc(64, std::max<size_t>(64, (bytes + 63) / 64 * 64));
+  if (memory == nullptr) throw std::bad_alloc();
+  buffer = Buffer{bytes, std::shared_ptr<void>(memory, [](void* p) { std::free(p); })};
+  return buffer.memory;
+}
+
+size_t SnapshotBuffers::bytes() const {
+  size_t total = 0;
+  for (const auto& [name, buffer] : buffers_) total += buffer.bytes;
+  return total;
 }
 
 size_t CheckpointSnapshot::bytes() const {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -68,12 +69,38 @@ struct SnapshotSection {
   size_t size = 0;
 };
 
+// Host memory for snapshots' sections, kept from one asynchronous commit to
+// the next: a fresh copy of a large state spends about half its time in
+// page faults (bench/README.md). A buffer is handed out again only once no
+// snapshot holds it (the write that used it has ended). Taken from one
+// thread; the snapshots holding buffers may end on another.
+class SnapshotBuffers {
+ public:
+  // `bytes` of 64-byte-aligned memory for the section `name`: the buffer
+  // this pool gave that name before, when its size is the same and nothing
+  // else holds it; else a new one (which replaces it in the pool).
+  std::shared_ptr<void> take(const std::string& name, size_t bytes);
+  // The bytes the pool keeps.
+  size_t bytes() const;
+
+ private:
+  struct Buffer {
+    size_t bytes = 0;
+    std::shared_ptr<void> memory;
+  };
+  std::map<std::string, Buffer, std::less<>> buffers_;
+};
+
 // Everything one checkpoint file holds, built before the write starts and
 // owned by it. Sections are written in the order added; names are checked
 // (unique, not empty, bounded) when it is written, as CheckpointWriter::add
 // checks them.
 class CheckpointSnapshot {
  public:
+  // `buffers`: where tensor sections take their memory (nullptr: new memory).
+  explicit CheckpointSnapshot(SnapshotBuffers* buffers = nullptr) : buffers_(buffers) {}
+  SnapshotBuffers* buffers() const { return buffers_; }
+
   // A section of bytes the snapshot takes.
   void add(std::string name, std::string bytes);
   // `head` followed by `size` bytes at `data`, kept alive by `owner`.
@@ -92,6 +119,7 @@ class CheckpointSnapshot {
   size_t bytes() const;
 
  private:
+  SnapshotBuffers* buffers_ = nullptr;
   std::vector<SnapshotSection> sections_;
   std::vector<std::function<void()>> waits_;
 };

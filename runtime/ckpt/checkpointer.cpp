@@ -1,9 +1,5 @@
 #include "ckpt/checkpointer.hpp"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <utility>
@@ -14,21 +10,6 @@
 #include "util/errors.hpp"
 
 namespace kiln {
-
-namespace {
-
-// The commit thread (and the checksum thread it starts, which inherits this)
-// runs at a lower priority than training: where training fills every core,
-// the write takes the time the steps leave over instead of slowing them
-// (bench/README.md); when the loop waits for the write, nothing else runs
-// and it goes at full speed. Per thread on Linux; best effort.
-void yield_to_training() {
-  errno = 0;
-  const int now = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
-  if (errno == 0 && now < 10) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);
-}
-
-}  // namespace
 
 Checkpointer::Checkpointer(const CheckpointConfig& config, int rank, AllSucceeded all_succeeded)
     : config_(config), rank_(rank), all_succeeded_(std::move(all_succeeded)), directory_(config.dir) {}
@@ -82,12 +63,13 @@ std::filesystem::path Checkpointer::commit(const TrainPosition& position,
     if (error.empty()) {
       try {
         const RunStateView view = state(position);
-        auto snapshot = std::make_shared<const CheckpointSnapshot>(snapshot_run_state(view));
+        // Asynchronous: the buffers stay for the next snapshot (docs/checkpoints.md, "Memory").
+        auto snapshot = std::make_shared<const CheckpointSnapshot>(
+            snapshot_run_state(view, config_.async ? &snapshot_buffers_ : nullptr));
         snapshot_bytes = snapshot->bytes();
         snapshot_done = std::chrono::steady_clock::now();
         if (config_.async) {
           background_.start([this, file, position, monitored = view.monitored, snapshot] {
-            yield_to_training();
             write(file, position, monitored, *snapshot);
           });
         } else {

@@ -78,6 +78,7 @@ class Checkpointer {
   AllSucceeded all_succeeded_;
   CheckpointDirectory directory_;
   std::string background_error_;  // rank 0: a failure background_failed() saw
+  SnapshotBuffers snapshot_buffers_;  // rank 0, asynchronous: kept between snapshots
   // Last: destroyed first, so a commit in flight ends before what it uses.
   BackgroundCommit background_;
 };

@@ -54,10 +54,10 @@ class RunParts {
 
 }  // namespace
 
-CheckpointSnapshot snapshot_run_state(const RunStateView& state) {
+CheckpointSnapshot snapshot_run_state(const RunStateView& state, SnapshotBuffers* buffers) {
   // The parts hold the view by reference for loading too; saving only reads it.
   RunParts parts(const_cast<RunStateView&>(state));
-  CheckpointSnapshot snapshot;
+  CheckpointSnapshot snapshot(buffers);
   for (const Stateful* part : parts.in_file_order()) part->save(snapshot);
   return snapshot;
 }

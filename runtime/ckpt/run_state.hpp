@@ -54,8 +54,9 @@ struct RunStateView {
 };
 
 // The checkpoint of `state`, owning its bytes (tensors copied to the CPU):
-// the live run may go on while it is written.
-CheckpointSnapshot snapshot_run_state(const RunStateView& state);
+// the live run may go on while it is written. `buffers`: host memory kept
+// from an earlier snapshot, reused for the tensors' copies (nullptr: new).
+CheckpointSnapshot snapshot_run_state(const RunStateView& state, SnapshotBuffers* buffers = nullptr);
 
 // Writes a checkpoint of `state` to `file` with the commit protocol.
 void save_run_state(const std::filesystem::path& file, const RunStateView& state);

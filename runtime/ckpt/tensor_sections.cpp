@@ -123,6 +123,13 @@ void add_tensor_section(CheckpointSnapshot& snapshot, const std::string& name, c
       // query(), not a blocking wait: LibTorch 1.13's Event has no synchronize.
       while (!copied->query()) std::this_thread::sleep_for(std::chrono::microseconds(100));
     });
+  } else if (SnapshotBuffers* buffers = snapshot.buffers()) {
+    // Into memory the previous snapshot of this section used: no page faults.
+    std::shared_ptr<void> memory = buffers->take(name, static_cast<size_t>(source.numel()) * source.element_size());
+    at::Tensor into = at::from_blob(memory.get(), source.sizes(), source.options().device(at::kCPU));
+    into.copy_(source);
+    copy = std::shared_ptr<at::Tensor>(new at::Tensor(std::move(into)),
+                                       [memory](at::Tensor* t) { delete t; });  // the tensor borrows `memory`
   } else {
     copy = std::make_shared<at::Tensor>(source.to(at::TensorOptions().device(at::kCPU).dtype(source.scalar_type()),
                                                   /*non_blocking=*/false, /*copy=*/true, at::MemoryFormat::Contiguous));

@@ -102,10 +102,15 @@ TEST(Logging, AResumedRunContinuesEveryFileWithEachStepOnce) {
   {
     BackgroundRun run(killed, [&] { return kiln_fit(m); });
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(120 * timeout_scale());
-    while (read_file(killed / "calls.log").find("model:training_step hangs") == std::string::npos &&
+    // Hung, and step 15's checkpoint durable: commits are asynchronous, so
+    // the write may still be under way when the step hangs.
+    const auto step_15 = killed / "run" / "checkpoints" / "epoch=0001-step=000000015.ckpt";
+    while ((read_file(killed / "calls.log").find("model:training_step hangs") == std::string::npos ||
+            !std::filesystem::exists(step_15)) &&
            std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_NE(read_file(killed / "calls.log").find("model:training_step hangs"), std::string::npos);
+    ASSERT_TRUE(std::filesystem::exists(step_15));
     for (pid_t p : processes_mentioning(killed.path().string())) ::kill(p, SIGKILL);
     EXPECT_EQ(run.result().signal, SIGKILL) << run.result().output;
   }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -635,6 +636,19 @@ TEST(BackgroundCommit, WaitBlocksUntilTheWriteEndsAndTheNextMayStart) {
   commit.start([&] { written = 2; });
   EXPECT_FALSE(commit.wait().has_value());
   EXPECT_EQ(written.load(), 2);
+}
+
+TEST(BackgroundCommit, WhatTheWriteHeldIsFreedBeforeWaitReturns) {
+  // The next snapshot is taken right after wait(): two state-sized copies
+  // must never coexist.
+  kiln::BackgroundCommit commit;
+  for (int round = 0; round < 50; ++round) {
+    auto held = std::make_shared<std::vector<char>>(1 << 16);
+    std::weak_ptr<std::vector<char>> watch = held;
+    commit.start([held = std::move(held)] { EXPECT_EQ(held->size(), 1u << 16); });
+    EXPECT_FALSE(commit.wait().has_value());
+    EXPECT_TRUE(watch.expired()) << "round " << round;
+  }
 }
 
 TEST(BackgroundCommit, DestructionFinishesTheWriteInFlight) {
