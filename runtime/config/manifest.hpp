@@ -133,8 +133,10 @@ struct CheckpointConfig {
   // most schedulers send SIGTERM first). none: it interrupts like SIGINT.
   PreemptSignal preempt_signal = PreemptSignal::sigterm;
   // Written on a background thread from a host-memory snapshot
-  // (ckpt/checkpointer.hpp); the snapshot is taken either way.
-  bool async = true;
+  // (ckpt/checkpointer.hpp); the snapshot is taken either way. Off by
+  // default: on 2 CPU cores it stalls the loop 20-60x less but costs more
+  // steps than it saves (bench/README.md).
+  bool async = false;
 };
 
 struct DistributedConfig {

@@ -258,7 +258,7 @@ TableSchema declare_checkpoint_table() {
                  "the signal that means preempted: checkpoint, then exit 75; none: it interrupts");
   checkpoint.key("async", &CheckpointConfig::async,
                  "write each checkpoint on a background thread from a snapshot in host memory while training goes on "
-                 "(one in flight; docs/checkpoints.md); false: training waits for the write");
+                 "(one in flight; keeps a state-sized buffer; docs/checkpoints.md); false: training waits for the write");
   return checkpoint.done();
 }
 

@@ -1,10 +1,10 @@
 // Asynchronous checkpoint commits (docs/checkpoints.md): the file written in
 // the background is the snapshot taken at the boundary, and a write that
 // fails in the background ends every rank with its cause while the earlier
-// checkpoints stay as they were. The crash-safety tests of checkpoint_test
-// (SIGKILL at every point of the write, the kill -9 loop) run with async on,
-// the default.
+// checkpoints stay as they were; SIGKILL at each point of a background write
+// leaves the earlier checkpoints intact.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <set>
 
@@ -36,7 +36,8 @@ std::map<std::string, std::string> state_sections(const std::filesystem::path& f
 // Dropout, Adam and a checkpoint every 3 steps: any change the next steps
 // made to a snapshot still being written would show in its bytes.
 std::filesystem::path every_three_steps(const TempDir& dir) {
-  return synthetic_manifest(dir, "\n[checkpoint]\nevery_n_steps = 3\nevery_n_epochs = 0\nsave_top_k = -1\n");
+  return synthetic_manifest(dir,
+                            "\n[checkpoint]\nevery_n_steps = 3\nevery_n_epochs = 0\nsave_top_k = -1\nasync = true\n");
 }
 
 TEST(AsyncCheckpoint, EachFileHoldsTheSameStateAsTheSynchronousRunsFile) {
@@ -98,7 +99,7 @@ TEST(AsyncCheckpoint, AFailedBackgroundWriteEndsEveryRankWithItsCauseAndKeepsThe
 
 TEST(AsyncCheckpoint, PreemptionWaitsForTheWriteInFlightBeforeItSaysCommitted) {
   TempDir dir;
-  const auto m = synthetic_manifest(dir, "\n[checkpoint]\nevery_n_steps = 1\nevery_n_epochs = 0\n");
+  const auto m = synthetic_manifest(dir, "\n[checkpoint]\nevery_n_steps = 1\nevery_n_epochs = 0\nasync = true\n");
   const std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() +
                               "\" --set trainer.max_epochs=100000 & pid=$!; n=0; while [ ! -e \"" +
                               (ckpt_dir(dir) / "last.ckpt").string() + "\" ] && [ $n -lt 2400 ]; do sleep 0.05; "
@@ -112,6 +113,35 @@ TEST(AsyncCheckpoint, PreemptionWaitsForTheWriteInFlightBeforeItSaysCommitted) {
   EXPECT_FALSE(CheckpointFile::check(file).has_value()) << file;
   EXPECT_TRUE(std::filesystem::equivalent(ckpt_dir(dir) / "last.ckpt", file)) << "last.ckpt is not the file named";
 }
+
+// SIGKILL at each point of a background write (checkpoint_test's
+// FaultPoint, on the commit thread): the previous checkpoint stays intact
+// and the next run continues from it.
+class AsyncFaultPoint : public testing::TestWithParam<const char*> {};
+
+TEST_P(AsyncFaultPoint, KilledAtThePointOfABackgroundWriteLeavesThePreviousCheckpointIntact) {
+  KILN_ONLY_IN_VARIANT("debian");
+  TempDir dir;
+  const auto m = synthetic_manifest(dir, "\n[checkpoint]\nevery_n_steps = 10\nevery_n_epochs = 0\nasync = true\n");
+  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_steps=10"}).exit_code, 0);
+  const ProcessResult r = kiln({"fit", m.string(), "--resume", "last", "--set", "trainer.max_steps=30"},
+                               {.env = {{"KILN_FAULT_INJECT", GetParam()}}});
+  EXPECT_EQ(r.signal, SIGKILL) << r.output;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) {
+    if (e.path().filename().string().front() == '.') continue;
+    EXPECT_FALSE(CheckpointFile::check(e.path()).has_value()) << e.path();
+  }
+  const ProcessResult again = kiln_fit(m, {"--resume", "last", "--set", "trainer.max_steps=20"});
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(names_in(ckpt_dir(dir)), (std::set<std::string>{"epoch=0000-step=000000020.ckpt", "last.ckpt"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPoint, AsyncFaultPoint,
+                         testing::Values("ckpt:after_open", "ckpt:mid_write", "ckpt:before_fsync", "ckpt:before_rename",
+                                         "ckpt:after_rename", "ckpt:before_dir_fsync"),
+                         [](const testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param).substr(5);
+                         });
 
 }  // namespace
 }  // namespace kiln::test

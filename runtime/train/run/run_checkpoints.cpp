@@ -58,7 +58,7 @@ TrainPosition RunCheckpoints::resume(const std::filesystem::path& file, Command 
   const bool fit = command == Command::fit;
   try {
     parts_.metrics.restore(restored.metrics.latest, fit ? restored.metrics.pending : "",
-                           fit ? RunMetrics::Unreduced{restored.metrics.state, restored.metrics.tensor_state}
+                           fit ? RunMetrics::Unreduced{restored.metrics.state, restored.metrics.tensor_state, {}}
                                : RunMetrics::Unreduced{},
                            rank_, world_size_, device_);
   } catch (const std::invalid_argument& e) {
