@@ -214,6 +214,7 @@ std::vector<ProcessResult> torchrun_style(const std::vector<std::string>& args) 
 // with the same command line, finds the newest and ends where one
 // uninterrupted run ends.
 TEST(ResumeAuto, ATorchrunStyleRelaunchContinuesFromTheNewestCheckpoint) {
+  KILN_ONLY_IN_VARIANT("debian");
   TempDir straight, relaunched;
   // Nothing is killed here: the steps need not last.
   ASSERT_EQ(kiln({"fit", restart_manifest(straight).string(), "--set", "model.step_ms=0"}, {.timeout = kTimeout})
