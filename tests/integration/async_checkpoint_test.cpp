@@ -1,10 +1,9 @@
 // Asynchronous checkpoint commits (docs/checkpoints.md): the file written in
 // the background is the snapshot taken at the boundary, and a write that
 // fails in the background ends every rank with its cause while the earlier
-// checkpoints stay as they were; SIGKILL at each point of a background write
-// leaves the earlier checkpoints intact.
+// checkpoints stay as they were. SIGKILL at each point of a background write:
+// checkpoint_test's EveryPoint/FaultPoint.*_async.
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <set>
 
@@ -113,35 +112,6 @@ TEST(AsyncCheckpoint, PreemptionWaitsForTheWriteInFlightBeforeItSaysCommitted) {
   EXPECT_FALSE(CheckpointFile::check(file).has_value()) << file;
   EXPECT_TRUE(std::filesystem::equivalent(ckpt_dir(dir) / "last.ckpt", file)) << "last.ckpt is not the file named";
 }
-
-// SIGKILL at each point of a background write (checkpoint_test's
-// FaultPoint, on the commit thread): the previous checkpoint stays intact
-// and the next run continues from it.
-class AsyncFaultPoint : public testing::TestWithParam<const char*> {};
-
-TEST_P(AsyncFaultPoint, KilledAtThePointOfABackgroundWriteLeavesThePreviousCheckpointIntact) {
-  KILN_ONLY_IN_VARIANT("debian");
-  TempDir dir;
-  const auto m = synthetic_manifest(dir, "\n[checkpoint]\nevery_n_steps = 10\nevery_n_epochs = 0\nasync = true\n");
-  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_steps=10"}).exit_code, 0);
-  const ProcessResult r = kiln({"fit", m.string(), "--resume", "last", "--set", "trainer.max_steps=30"},
-                               {.env = {{"KILN_FAULT_INJECT", GetParam()}}});
-  EXPECT_EQ(r.signal, SIGKILL) << r.output;
-  for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) {
-    if (e.path().filename().string().front() == '.') continue;
-    EXPECT_FALSE(CheckpointFile::check(e.path()).has_value()) << e.path();
-  }
-  const ProcessResult again = kiln_fit(m, {"--resume", "last", "--set", "trainer.max_steps=20"});
-  EXPECT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_EQ(names_in(ckpt_dir(dir)), (std::set<std::string>{"epoch=0000-step=000000020.ckpt", "last.ckpt"}));
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryPoint, AsyncFaultPoint,
-                         testing::Values("ckpt:after_open", "ckpt:mid_write", "ckpt:before_fsync", "ckpt:before_rename",
-                                         "ckpt:after_rename", "ckpt:before_dir_fsync"),
-                         [](const testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param).substr(5);
-                         });
 
 }  // namespace
 }  // namespace kiln::test

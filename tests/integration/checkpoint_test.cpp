@@ -7,6 +7,7 @@
 #include <random>
 #include <regex>
 #include <thread>
+#include <tuple>
 
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/run_state.hpp"
@@ -274,15 +275,17 @@ TEST(CheckpointCrash, SigkillDuringWritesLeavesOnlyCommittedCheckpoints) {
     EXPECT_NE(e.path().filename().string().front(), '.') << "the resumed run sweeps stale temporaries";
 }
 
-class FaultPoint : public testing::TestWithParam<const char*> {};
+class FaultPoint : public testing::TestWithParam<std::tuple<const char*, bool>> {};
 
 TEST_P(FaultPoint, KilledAtThePointLeavesThePreviousCheckpointsIntact) {
+  const auto [point, async] = GetParam();
+  // The same points on the commit thread of an asynchronous commit.
+  if (async) KILN_ONLY_IN_VARIANT("debian");
   TempDir dir;
-  const auto m = ckpt_manifest(dir, "every_n_steps = 10\nsave_top_k = 1");
+  const auto m = ckpt_manifest(dir, std::string("every_n_steps = 10\nsave_top_k = 1\nasync = ") + (async ? "true" : "false"));
   ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_steps=10"}).exit_code, 0);  // one committed checkpoint
-  const std::string before = read_file(ckpt_dir(dir) / "last.ckpt");
   const ProcessResult r = kiln({"fit", m.string(), "--resume", "last"},
-                               {.env = {{"KILN_FAULT_INJECT", GetParam()}}, .timeout = kTimeout});
+                               {.env = {{"KILN_FAULT_INJECT", point}}, .timeout = kTimeout});
   EXPECT_EQ(r.signal, SIGKILL) << r.output;
   for (const auto& e : std::filesystem::directory_iterator(ckpt_dir(dir))) {
     if (e.path().filename().string().front() == '.') continue;
@@ -298,11 +301,13 @@ TEST_P(FaultPoint, KilledAtThePointLeavesThePreviousCheckpointsIntact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryPoint, FaultPoint,
-                         testing::Values("ckpt:after_open", "ckpt:mid_write", "ckpt:before_fsync", "ckpt:before_rename",
-                                         "ckpt:after_rename", "ckpt:before_dir_fsync"),
-                         [](const testing::TestParamInfo<const char*>& info) {
-                           std::string name = info.param;
-                           return name.substr(5);
+                         testing::Combine(testing::Values("ckpt:after_open", "ckpt:mid_write", "ckpt:before_fsync",
+                                                          "ckpt:before_rename", "ckpt:after_rename",
+                                                          "ckpt:before_dir_fsync"),
+                                          testing::Bool()),
+                         [](const testing::TestParamInfo<std::tuple<const char*, bool>>& info) {
+                           return std::string(std::get<0>(info.param)).substr(5) +
+                                  (std::get<1>(info.param) ? "_async" : "");
                          });
 
 // Shell lines that wait until the run has trained an epoch (its first

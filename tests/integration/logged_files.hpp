@@ -89,6 +89,23 @@ inline std::map<std::pair<std::string, int64_t>, double> by_tag_and_step(const s
   return out;
 }
 
+// TensorBoard's scalars of a resumed run against an uninterrupted one's:
+// each (tag, step) once, the same pairs, and the tags `exact` says are
+// deterministic equal as float32.
+template <typename Exact>
+void expect_the_same_scalars(const std::filesystem::path& uninterrupted, const std::filesystem::path& resumed,
+                             Exact exact) {
+  const auto a = by_tag_and_step(tensorboard_scalars(uninterrupted));
+  const auto b = by_tag_and_step(tensorboard_scalars(resumed));
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [key, value] : a) {
+    const auto it = b.find(key);
+    ASSERT_NE(it, b.end()) << key.first << " at step " << key.second;
+    if (exact(key.first))
+      EXPECT_EQ(static_cast<float>(it->second), static_cast<float>(value)) << key.first << " at step " << key.second;
+  }
+}
+
 // Each file's rows as "kind step" lines, in order (and their values by step).
 inline std::vector<std::string> jsonl_rows(const std::filesystem::path& file) {
   std::vector<std::string> out;

@@ -105,12 +105,7 @@ kiln::SupervisorOptions worker_options() {
 
 kiln::SupervisorResult supervise_workers(const std::string& mode) {
   ::setenv("KILN_TEST_WORKER_MODE", mode.c_str(), 1);
-  kiln::SupervisorOptions options;
-  options.processes = 2;
-  options.argv = {"/proc/self/exe"};
-  options.startup_timeout = 30s;
-  options.heartbeat_timeout = 10s;
-  options.grace = 2s;
+  kiln::SupervisorOptions options = worker_options();
   const std::atomic<int> no_signal{0};
   auto result = kiln::supervise(options, &no_signal);
   ::unsetenv("KILN_TEST_WORKER_MODE");
