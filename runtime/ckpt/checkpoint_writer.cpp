@@ -32,38 +32,34 @@ constexpr size_t kWriteBuffer = 1 << 20;
 // Fault injection
 // ============================================================================
 
-void fault_point(const char* point) {
-  // Read on every call: no global state, and commits are rare enough that a
-  // getenv per point costs nothing measurable.
+namespace {
+
+// Whether KILN_FAULT_INJECT's comma-separated list holds `entry`. Read on
+// every call: no global state, and commits are rare enough that a getenv
+// per point costs nothing measurable.
+bool fault_injected(std::string_view entry) {
   const char* spec = std::getenv("KILN_FAULT_INJECT");
-  if (spec == nullptr || *spec == '\0' || point == nullptr) return;
-  const std::string_view wanted(point);
+  if (spec == nullptr || *spec == '\0') return false;
   std::string_view rest(spec);
   while (true) {
     const size_t comma = rest.find(',');
-    if (rest.substr(0, comma) == wanted) {
-      // SIGKILL, not abort() or exit(): nothing may run after this point
-      // (no destructors, no atexit handlers, no buffered output), exactly as
-      // for a power cut or the OOM killer.
-      std::raise(SIGKILL);
-    }
-    if (comma == std::string_view::npos) return;
+    if (rest.substr(0, comma) == entry) return true;
+    if (comma == std::string_view::npos) return false;
     rest.remove_prefix(comma + 1);
   }
 }
 
+}  // namespace
+
+void fault_point(const char* point) {
+  // SIGKILL, not abort() or exit(): nothing may run after this point (no
+  // destructors, no atexit handlers, no buffered output), exactly as for a
+  // power cut or the OOM killer.
+  if (point != nullptr && fault_injected(point)) std::raise(SIGKILL);
+}
+
 bool injected_enospc(const std::filesystem::path& final_path) {
-  const char* spec = std::getenv("KILN_FAULT_INJECT");
-  if (spec == nullptr || *spec == '\0') return false;
-  const std::string file = final_path.filename().string();
-  std::string_view rest(spec);
-  while (true) {
-    const size_t comma = rest.find(',');
-    const std::string_view entry = rest.substr(0, comma);
-    if (entry == "ckpt:enospc" || entry == "ckpt:enospc@" + file) return true;
-    if (comma == std::string_view::npos) return false;
-    rest.remove_prefix(comma + 1);
-  }
+  return fault_injected("ckpt:enospc") || fault_injected("ckpt:enospc@" + final_path.filename().string());
 }
 
 // ============================================================================
@@ -309,12 +305,6 @@ std::shared_ptr<void> SnapshotBuffers::take(const std::string& name, size_t byte
   if (memory == nullptr) throw std::bad_alloc();
   buffer = Buffer{bytes, std::shared_ptr<void>(memory, [](void* p) { std::free(p); })};
   return buffer.memory;
-}
-
-size_t SnapshotBuffers::bytes() const {
-  size_t total = 0;
-  for (const auto& [name, buffer] : buffers_) total += buffer.bytes;
-  return total;
 }
 
 size_t CheckpointSnapshot::bytes() const {

@@ -80,8 +80,6 @@ class SnapshotBuffers {
   // this pool gave that name before, when its size is the same and nothing
   // else holds it; else a new one (which replaces it in the pool).
   std::shared_ptr<void> take(const std::string& name, size_t bytes);
-  // The bytes the pool keeps.
-  size_t bytes() const;
 
  private:
   struct Buffer {

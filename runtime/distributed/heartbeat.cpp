@@ -63,7 +63,6 @@ void Heartbeat::beat() {
   while (!stopping_) {
     const char beat = heartbeat::kBeat;
     if (::write(fd_, &beat, 1) < 0 && errno == EPIPE) return;
-
     const Activity::Snapshot now = activity_.snapshot();
     if (now.moves != last.moves || now.hook == nullptr) {
       last = now;
