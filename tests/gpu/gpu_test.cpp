@@ -1,6 +1,7 @@
 // What needs a CUDA device: training on it in each precision, the scaler's
-// state in a 16-mixed checkpoint, a device index past the machine's refused,
-// and a training step that does not wait for the GPU. CTest label `gpu`.
+// state in a 16-mixed checkpoint, an asynchronous commit of CUDA tensors, a
+// device index past the machine's refused, and a training step that does not
+// wait for the GPU. CTest label `gpu`.
 // Without a device (or with a LibTorch without CUDA) every test skips with
 // the same one line, and CTest reports it as skipped, never as passed.
 #include <gtest/gtest.h>
@@ -53,6 +54,51 @@ TEST_F(Gpu, Float16MixedCheckpointsCarryTheScalerAndResume) {
   r = fit_on_gpu(dir, "16-mixed", {"--resume", "last"}, "[checkpoint]\nevery_n_epochs = 1\n");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("16-mixed:"), std::string::npos) << r.output;
+}
+
+// Every section but the manifest's text (which holds the overrides) and
+// metrics.csv's rows so far (which hold wall-clock timings).
+std::map<std::string, std::string> state_sections(const std::filesystem::path& file) {
+  const CheckpointFile f = CheckpointFile::read(file);
+  std::map<std::string, std::string> out;
+  for (const auto& name : f.names())
+    if (name != "manifest" && name != "metrics/csv") out[name] = std::string(f.section(name));
+  return out;
+}
+
+// The asynchronous snapshot of CUDA tensors is a pinned, non-blocking copy
+// ordered by an event (ckpt/snapshot): a file written from it before the
+// copy landed, or after the next steps changed the parameters, would differ
+// from the synchronous run's file for the same step.
+TEST_F(Gpu, AnAsynchronousCommitOfCudaTensorsHoldsTheSameStateAsTheSynchronousOne) {
+  const std::string every_three_steps =
+      "\n[checkpoint]\nevery_n_steps = 3\nevery_n_epochs = 0\nsave_top_k = -1\n";
+  for (const char* precision : {"32", "bf16-mixed"}) {
+    SCOPED_TRACE(precision);
+    TempDir sync_dir, async_dir;
+    for (const auto& [dir, async] : {std::pair<const TempDir&, const char*>{sync_dir, "false"}, {async_dir, "true"}}) {
+      const ProcessResult r = fit_on_gpu(dir, precision,
+                                         {"--set", std::string("checkpoint.async=") + async, "--set",
+                                          "trainer.max_steps=40", "--set", "model.dropout=0.2"},
+                                         every_three_steps);
+      ASSERT_EQ(r.exit_code, 0) << "async " << async << "\n" << r.output;
+    }
+    const auto dir_of = [](const TempDir& d) { return d / "run" / "checkpoints"; };
+    size_t files = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_of(sync_dir))) {
+      const auto name = entry.path().filename();
+      SCOPED_TRACE(name.string());
+      ++files;
+      const auto expected = state_sections(entry.path());
+      const auto written = state_sections(dir_of(async_dir) / name);
+      std::string differ;
+      for (const auto& [section, bytes] : expected)
+        if (auto it = written.find(section); it == written.end() || it->second != bytes) differ += " " + section;
+      EXPECT_EQ(differ, "") << "the asynchronous commit wrote other bytes than the state at its boundary "
+                               "(or training on this GPU is not deterministic run to run)";
+    }
+    EXPECT_EQ(files, 13u + 1u) << "steps 3, 6, ..., 39 and last.ckpt";
+  }
 }
 
 TEST_F(Gpu, ADeviceIndexPastTheMachinesIsRefused) {
