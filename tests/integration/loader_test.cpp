@@ -79,5 +79,21 @@ TEST(Loader, AcceptsAPluginWrittenInPlainC) {
   EXPECT_NE(r.output.find("LibTorch:      none"), std::string::npos) << r.output;
 }
 
+// LibTorch 2.11's CUDA wheel exports from libtorch.so its own copies of parts
+// of std::filesystem, and its remove_all jumps to address 0: a symbol binds to
+// the first loaded library that defines it, so the C++ runtime must load
+// before LibTorch, for kiln and for every plugin it opens (CMakeLists.txt).
+// The dynamic loader's own list (what ldd prints) gives the load order.
+TEST(Loader, TheCxxRuntimeLoadsBeforeLibTorch) {
+  const ProcessResult r = run_process({kiln_exe().string()}, {.env = {{"LD_TRACE_LOADED_OBJECTS", "1"}},
+                                                              .timeout = std::chrono::seconds(60)});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t cxx = r.output.find("libstdc++.so");
+  const size_t torch = std::min(r.output.find("libtorch.so"), r.output.find("libtorch_cpu.so"));
+  ASSERT_NE(cxx, std::string::npos) << r.output;
+  ASSERT_NE(torch, std::string::npos) << r.output;
+  EXPECT_LT(cxx, torch) << "libtorch.so loads before the C++ runtime:\n" << r.output;
+}
+
 }  // namespace
 }  // namespace kiln::test
