@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with clang into build-fuzz/ and runs each for
 # SECONDS (default 30) on a copy of its seed corpus. Exits non-zero on any
 # finding (the crashing input is kept in build-fuzz/findings/). Idempotent.
-#   tests/fuzz/run.sh [SECONDS] [TARGET...]     (targets: manifest checkpoint idx dlpack elf; default all)
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]     (targets: manifest checkpoint idx dlpack elf arrays; default all)
 # KILN_FUZZ_BUILD_DIR names another build directory (default build-fuzz).
 # Everything runs under `nice -n 10`: the machine stays usable.
 set -euo pipefail
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-30}
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(manifest checkpoint idx dlpack elf)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(manifest checkpoint idx dlpack elf arrays)
 BUILD=${KILN_FUZZ_BUILD_DIR:-build-fuzz}
 
 missing=()

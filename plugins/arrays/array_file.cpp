@@ -1,0 +1,549 @@
+#include "array_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <optional>
+
+namespace kiln_arrays {
+namespace {
+
+[[noreturn]] void fail(const std::string& name, const std::string& what) {
+  throw ArrayFileError("'" + name + "': " + what);
+}
+
+// shape's element count times the item size, or nullopt on overflow.
+std::optional<size_t> byte_count(const std::vector<int64_t>& shape, DType dtype) {
+  unsigned __int128 total = item_size(dtype);
+  for (const int64_t d : shape) {
+    if (d < 0) return std::nullopt;
+    total *= static_cast<uint64_t>(d);
+    if (total > std::numeric_limits<size_t>::max()) return std::nullopt;
+  }
+  return static_cast<size_t>(total);
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// --- .npy: a Python dict literal -------------------------------------------
+
+// The header's dict: {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+struct NpyHeader {
+  std::optional<std::string> descr;
+  bool descr_is_string = true;
+  std::optional<bool> fortran_order;
+  std::optional<std::vector<int64_t>> shape;
+};
+
+class DictReader {
+ public:
+  DictReader(const std::string& name, const std::string& text) : name_(name), text_(text) {}
+
+  NpyHeader read() {
+    NpyHeader header;
+    expect('{');
+    for (;;) {
+      skip_space();
+      if (peek() == '}') break;
+      const std::string key = quoted();
+      expect(':');
+      skip_space();
+      if (key == "descr") {
+        if (peek() == '\'' || peek() == '"') {
+          header.descr = quoted();
+        } else {
+          header.descr_is_string = false;  // a structured dtype: a list of fields
+          skip_value();
+        }
+      } else if (key == "fortran_order") {
+        header.fortran_order = boolean();
+      } else if (key == "shape") {
+        header.shape = tuple();
+      } else {
+        bad("an unexpected key '" + key + "'");
+      }
+      skip_space();
+      if (peek() == ',') {
+        ++at_;
+        continue;
+      }
+      skip_space();
+      if (peek() != '}') bad("',' or '}' expected");
+    }
+    ++at_;
+    return header;
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& what) const {
+    fail(name_, "the .npy header is not a NumPy header (" + what + " at offset " + std::to_string(at_) + ")");
+  }
+  char peek() const { return at_ < text_.size() ? text_[at_] : '\0'; }
+  void skip_space() {
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t' || text_[at_] == '\n')) ++at_;
+  }
+  void expect(char c) {
+    skip_space();
+    if (peek() != c) bad(std::string("'") + c + "' expected");
+    ++at_;
+  }
+  std::string quoted() {
+    skip_space();
+    const char q = peek();
+    if (q != '\'' && q != '"') bad("a quoted string expected");
+    const size_t end = text_.find(q, at_ + 1);
+    if (end == std::string::npos) bad("an unterminated string");
+    std::string out = text_.substr(at_ + 1, end - at_ - 1);
+    at_ = end + 1;
+    return out;
+  }
+  bool boolean() {
+    if (text_.compare(at_, 4, "True") == 0) return at_ += 4, true;
+    if (text_.compare(at_, 5, "False") == 0) return at_ += 5, false;
+    bad("True or False expected");
+  }
+  std::vector<int64_t> tuple() {
+    expect('(');
+    std::vector<int64_t> out;
+    for (;;) {
+      skip_space();
+      if (peek() == ')') break;
+      size_t digits = 0;
+      int64_t value = 0;
+      while (peek() >= '0' && peek() <= '9') {
+        if (value > (std::numeric_limits<int64_t>::max() - 9) / 10) bad("a dimension too large");
+        value = value * 10 + (peek() - '0');
+        ++at_;
+        ++digits;
+      }
+      if (peek() == 'L') ++at_;  // written by Python 2's NumPy
+      if (digits == 0) bad("a dimension expected");
+      if (out.size() >= 64) bad("more than 64 dimensions");
+      out.push_back(value);
+      skip_space();
+      if (peek() == ',') {
+        ++at_;
+        continue;
+      }
+      if (peek() != ')') bad("',' or ')' expected");
+    }
+    ++at_;
+    return out;
+  }
+  // A structured descr: a bracketed list, skipped to its matching bracket.
+  void skip_value() {
+    int depth = 0;
+    do {
+      const char c = peek();
+      if (c == '\0') bad("an unterminated value");
+      if (c == '[' || c == '(' || c == '{') ++depth;
+      if (c == ']' || c == ')' || c == '}') --depth;
+      if (c == '\'' || c == '"') {
+        quoted();
+        continue;
+      }
+      ++at_;
+    } while (depth > 0);
+  }
+
+  const std::string& name_;
+  const std::string& text_;
+  size_t at_ = 0;
+};
+
+DType npy_dtype(const std::string& name, const std::string& descr) {
+  if (descr.size() < 2) fail(name, "dtype '" + descr + "' is not one kiln reads");
+  const char order = descr[0];
+  const std::string kind = descr.substr(1);
+  static const std::map<std::string, DType> kinds = {
+      {"f8", DType::float64}, {"f4", DType::float32}, {"f2", DType::float16}, {"i8", DType::int64},
+      {"i4", DType::int32},   {"i2", DType::int16},   {"i1", DType::int8},    {"u1", DType::uint8},
+      {"b1", DType::boolean}};
+  const auto it = kinds.find(kind);
+  if (it == kinds.end()) {
+    if (kind == "O") fail(name, "holds Python objects (dtype 'O'); save a numeric array");
+    fail(name, "dtype '" + descr +
+                   "' is not one kiln reads (float64/32/16, int64/32/16/8, uint8, bool; convert with "
+                   "array.astype(...))");
+  }
+  if (order == '>' && item_size(it->second) > 1)
+    fail(name, "holds big-endian data (dtype '" + descr + "'); save it with array.astype('<" + kind + "')");
+  if (order != '<' && order != '|' && order != '=' && order != '>')
+    fail(name, "dtype '" + descr + "' has no byte order kiln knows");
+  return it->second;
+}
+
+// --- .safetensors: a small JSON reader for its header ----------------------
+
+struct Json {
+  enum Kind { null, boolean, number, string, array, object } kind = null;
+  bool flag = false;
+  double num = 0;
+  bool integral = false;
+  int64_t integer = 0;
+  std::string text;
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> members;
+};
+
+class JsonReader {
+ public:
+  JsonReader(const std::string& name, const char* begin, size_t size) : name_(name), p_(begin), end_(begin + size) {}
+
+  Json document() {
+    Json value = read(0);
+    space();
+    if (p_ != end_) bad("text after the header's object");
+    return value;
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& what) const { fail(name_, "the safetensors header is not valid JSON: " + what); }
+  void space() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
+  }
+  Json read(int depth) {
+    if (depth > 16) bad("nested too deeply");
+    space();
+    if (p_ == end_) bad("unexpected end");
+    Json v;
+    switch (*p_) {
+      case '{': {
+        v.kind = Json::object;
+        ++p_;
+        space();
+        if (p_ != end_ && *p_ == '}') return ++p_, v;
+        for (;;) {
+          space();
+          std::string key = str();
+          space();
+          if (p_ == end_ || *p_ != ':') bad("':' expected");
+          ++p_;
+          v.members.emplace_back(std::move(key), read(depth + 1));
+          space();
+          if (p_ != end_ && *p_ == ',') { ++p_; continue; }
+          if (p_ != end_ && *p_ == '}') return ++p_, v;
+          bad("',' or '}' expected");
+        }
+      }
+      case '[': {
+        v.kind = Json::array;
+        ++p_;
+        space();
+        if (p_ != end_ && *p_ == ']') return ++p_, v;
+        for (;;) {
+          v.items.push_back(read(depth + 1));
+          space();
+          if (p_ != end_ && *p_ == ',') { ++p_; continue; }
+          if (p_ != end_ && *p_ == ']') return ++p_, v;
+          bad("',' or ']' expected");
+        }
+      }
+      case '"': v.kind = Json::string; v.text = str(); return v;
+      case 't': word("true"); v.kind = Json::boolean; v.flag = true; return v;
+      case 'f': word("false"); v.kind = Json::boolean; return v;
+      case 'n': word("null"); return v;
+      default: return number();
+    }
+  }
+  void word(const char* w) {
+    const size_t n = std::strlen(w);
+    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, w, n) != 0) bad("unexpected character");
+    p_ += n;
+  }
+  Json number() {
+    const char* start = p_;
+    bool integral = true;
+    if (p_ != end_ && *p_ == '-') ++p_;
+    while (p_ != end_ && ((*p_ >= '0' && *p_ <= '9') || *p_ == '.' || *p_ == 'e' || *p_ == 'E' || *p_ == '+' ||
+                          *p_ == '-')) {
+      if (*p_ < '0' || *p_ > '9') integral = false;
+      ++p_;
+    }
+    if (p_ == start || (p_ - start == 1 && *start == '-')) bad("unexpected character");
+    Json v;
+    v.kind = Json::number;
+    const std::string text(start, p_);
+    v.integral = integral;
+    if (integral) {
+      errno = 0;
+      char* stop = nullptr;
+      const long long parsed = std::strtoll(text.c_str(), &stop, 10);
+      if (errno == ERANGE || *stop != '\0') bad("an integer out of range");
+      v.integer = parsed;
+      v.num = static_cast<double>(parsed);
+    } else {
+      v.num = std::strtod(text.c_str(), nullptr);
+    }
+    return v;
+  }
+  std::string str() {
+    if (p_ == end_ || *p_ != '"') bad("a string expected");
+    ++p_;
+    std::string out;
+    for (;;) {
+      if (p_ == end_) bad("an unterminated string");
+      const char c = *p_++;
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) bad("a control character in a string");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (p_ == end_) bad("an unterminated escape");
+      const char e = *p_++;
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          if (end_ - p_ < 4) bad("a short \\u escape");
+          unsigned code = 0;
+          for (int i = 0; i < 4; ++i) {
+            const char h = *p_++;
+            code <<= 4;
+            if (h >= '0' && h <= '9') code |= h - '0';
+            else if (h >= 'a' && h <= 'f') code |= h - 'a' + 10;
+            else if (h >= 'A' && h <= 'F') code |= h - 'A' + 10;
+            else bad("a bad \\u escape");
+          }
+          // UTF-8 of the code unit (a surrogate half stays as its own three bytes).
+          if (code < 0x80) {
+            out += static_cast<char>(code);
+          } else if (code < 0x800) {
+            out += static_cast<char>(0xC0 | (code >> 6));
+            out += static_cast<char>(0x80 | (code & 0x3F));
+          } else {
+            out += static_cast<char>(0xE0 | (code >> 12));
+            out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (code & 0x3F));
+          }
+          break;
+        }
+        default: bad("an unknown escape");
+      }
+    }
+  }
+
+  const std::string& name_;
+  const char* p_;
+  const char* end_;
+};
+
+std::optional<DType> safetensors_dtype(const std::string& dtype) {
+  static const std::map<std::string, DType> dtypes = {
+      {"F64", DType::float64}, {"F32", DType::float32}, {"F16", DType::float16}, {"BF16", DType::bfloat16},
+      {"I64", DType::int64},   {"I32", DType::int32},   {"I16", DType::int16},   {"I8", DType::int8},
+      {"U8", DType::uint8},    {"BOOL", DType::boolean}};
+  const auto it = dtypes.find(dtype);
+  if (it == dtypes.end()) return std::nullopt;
+  return it->second;
+}
+
+// A safetensors header far larger than this is not one: refuse before reading it.
+constexpr uint64_t kMaxSafetensorsHeader = uint64_t{100} << 20;
+
+}  // namespace
+
+size_t item_size(DType dtype) {
+  switch (dtype) {
+    case DType::float64: case DType::int64: return 8;
+    case DType::float32: case DType::int32: return 4;
+    case DType::float16: case DType::bfloat16: case DType::int16: return 2;
+    case DType::int8: case DType::uint8: case DType::boolean: return 1;
+  }
+  return 1;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::float64: return "float64";
+    case DType::float32: return "float32";
+    case DType::float16: return "float16";
+    case DType::bfloat16: return "bfloat16";
+    case DType::int64: return "int64";
+    case DType::int32: return "int32";
+    case DType::int16: return "int16";
+    case DType::int8: return "int8";
+    case DType::uint8: return "uint8";
+    case DType::boolean: return "bool";
+  }
+  return "?";
+}
+
+ArrayView parse_npy(const std::string& name, const std::string& key, const unsigned char* bytes, size_t size) {
+  static const unsigned char kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  if (size < 10 || std::memcmp(bytes, kMagic, 6) != 0) fail(name, "is not a .npy file (no \\x93NUMPY magic)");
+  const unsigned major = bytes[6];
+  size_t header_len = 0, header_start = 0;
+  if (major == 1) {
+    header_len = bytes[8] | (size_t{bytes[9]} << 8);
+    header_start = 10;
+  } else if (major == 2 || major == 3) {
+    if (size < 12) fail(name, "is truncated inside its .npy header");
+    header_len = bytes[8] | (size_t{bytes[9]} << 8) | (size_t{bytes[10]} << 16) | (size_t{bytes[11]} << 24);
+    header_start = 12;
+  } else {
+    fail(name, ".npy format version " + std::to_string(major) + " is not one kiln reads (1, 2 or 3)");
+  }
+  if (header_len > size - header_start)
+    fail(name, "is truncated: its .npy header says " + std::to_string(header_len) + " bytes, the file has " +
+                   std::to_string(size - header_start) + " after the preamble");
+  const std::string text(reinterpret_cast<const char*>(bytes + header_start), header_len);
+  const NpyHeader header = DictReader(name, text).read();
+  if (!header.descr_is_string)
+    fail(name, "holds a structured array (fields); save each field as its own array");
+  if (!header.descr || !header.fortran_order || !header.shape)
+    fail(name, "the .npy header lacks 'descr', 'fortran_order' or 'shape'");
+  ArrayView view;
+  view.key = key;
+  view.dtype = npy_dtype(name, *header.descr);
+  view.shape = *header.shape;
+  view.fortran_order = *header.fortran_order;
+  const size_t data_start = header_start + header_len;
+  const auto expected = byte_count(view.shape, view.dtype);
+  if (!expected) fail(name, "shape " + shape_text(view.shape) + " is too large");
+  const size_t present = size - data_start;
+  if (*expected != present)
+    fail(name, std::string(present < *expected ? "is truncated" : "has bytes its header does not account for") +
+                   ": shape " + shape_text(view.shape) + " of " + dtype_name(view.dtype) + " is " +
+                   std::to_string(*expected) + " bytes, the file holds " + std::to_string(present));
+  view.data = bytes + data_start;
+  view.bytes = *expected;
+  return view;
+}
+
+std::vector<ArrayView> parse_safetensors(const std::string& name, const unsigned char* bytes, size_t size) {
+  if (size < 8) fail(name, "is not a .safetensors file (shorter than its 8-byte header size)");
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];
+  if (header_size > kMaxSafetensorsHeader || header_size > size - 8)
+    fail(name, "is truncated or not a .safetensors file: its header size says " + std::to_string(header_size) +
+                   " bytes, the file has " + std::to_string(size - 8) + " after it");
+  const Json root = JsonReader(name, reinterpret_cast<const char*>(bytes + 8), header_size).document();
+  if (root.kind != Json::object) fail(name, "the safetensors header is not a JSON object");
+  const size_t data_start = 8 + header_size;
+  const size_t data_size = size - data_start;
+  std::vector<ArrayView> out;
+  for (const auto& [key, entry] : root.members) {
+    if (key == "__metadata__") continue;
+    const auto field = [&](const char* wanted) -> const Json* {
+      for (const auto& [k, v] : entry.members)
+        if (k == wanted) return &v;
+      return nullptr;
+    };
+    if (entry.kind != Json::object) fail(name, "'" + key + "': its entry is not an object");
+    const Json* dtype = field("dtype");
+    const Json* shape = field("shape");
+    const Json* offsets = field("data_offsets");
+    if (!dtype || dtype->kind != Json::string || !shape || shape->kind != Json::array || !offsets ||
+        offsets->kind != Json::array || offsets->items.size() != 2)
+      fail(name, "'" + key + "': its entry lacks dtype, shape or data_offsets");
+    const auto type = safetensors_dtype(dtype->text);
+    if (!type)
+      fail(name, "'" + key + "' has dtype " + dtype->text +
+                     ", not one kiln reads (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
+    ArrayView view;
+    view.key = key;
+    view.dtype = *type;
+    for (const Json& d : shape->items) {
+      if (d.kind != Json::number || !d.integral || d.integer < 0)
+        fail(name, "'" + key + "': a dimension of its shape is not a non-negative integer");
+      if (view.shape.size() >= 64) fail(name, "'" + key + "' has more than 64 dimensions");
+      view.shape.push_back(d.integer);
+    }
+    for (const Json& o : offsets->items)
+      if (o.kind != Json::number || !o.integral || o.integer < 0)
+        fail(name, "'" + key + "': its data_offsets are not non-negative integers");
+    const auto begin = static_cast<uint64_t>(offsets->items[0].integer);
+    const auto end = static_cast<uint64_t>(offsets->items[1].integer);
+    const auto expected = byte_count(view.shape, view.dtype);
+    if (!expected) fail(name, "'" + key + "': shape " + shape_text(view.shape) + " is too large");
+    if (end < begin || end > data_size)
+      fail(name, "is truncated or its header lies: '" + key + "' spans bytes " + std::to_string(begin) + ".." +
+                     std::to_string(end) + " of a data section of " + std::to_string(data_size));
+    if (end - begin != *expected)
+      fail(name, "'" + key + "': shape " + shape_text(view.shape) + " of " + dtype_name(view.dtype) + " is " +
+                     std::to_string(*expected) + " bytes, its data_offsets span " + std::to_string(end - begin));
+    view.data = bytes + data_start + begin;
+    view.bytes = *expected;
+    out.push_back(std::move(view));
+  }
+  return out;
+}
+
+MappedFile::MappedFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, std::string("cannot be opened: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, "is not a regular file");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapped == MAP_FAILED) {
+      const int error = errno;
+      ::close(fd);
+      fail(path, std::string("cannot be mapped: ") + std::strerror(error));
+    }
+    data_ = static_cast<const unsigned char*>(mapped);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
+}
+
+ArrayFile ArrayFile::open(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::string extension = p.extension().string();
+  if (extension != ".npy" && extension != ".safetensors")
+    fail(path, "is neither .npy nor .safetensors (the formats kiln_arrays reads)");
+  ArrayFile file;
+  file.path = path;
+  file.mapping = std::make_shared<MappedFile>(path);
+  if (extension == ".npy")
+    file.arrays.push_back(parse_npy(path, p.stem().string(), file.mapping->data(), file.mapping->size()));
+  else
+    file.arrays = parse_safetensors(path, file.mapping->data(), file.mapping->size());
+  return file;
+}
+
+const ArrayView& ArrayFile::at(const std::string& key) const {
+  std::vector<std::string> keys;
+  for (const auto& a : arrays) {
+    if (a.key == key) return a;
+    keys.push_back(a.key);
+  }
+  fail(path, "has no array '" + key + "'; it has: " + key_list(keys));
+}
+
+std::string key_list(std::vector<std::string> keys) {
+  if (keys.empty()) return "none";
+  std::sort(keys.begin(), keys.end());
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+}  // namespace kiln_arrays

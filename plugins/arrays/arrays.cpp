@@ -1,0 +1,209 @@
+// kiln.arrays — named arrays from NumPy's .npy files and .safetensors files,
+// memory-mapped: a batch gathers its rows straight from the page cache, so a
+// file far larger than memory trains without being read in.
+//
+// [data]
+// path = "kiln_arrays"
+// train = "train.safetensors"       # a .safetensors file, or .npy files:
+//                                   # ["train/x.npy", "train/y.npy"] (a .npy's key is its stem)
+// val = "val.safetensors"           # optional; or
+// val_fraction = 0.1                # held out of train: a permutation seeded by `seed`
+// test = "test.safetensors"         # optional; also the predict split
+// input = "x"                       # the key read as the batch's "input" (as float32)
+// target = "y"                      # the key read as "target": integers and bools as
+//                                   # int64 class indices, floats as float32 ("" = none)
+// seed = 0
+//
+// Every array of a split has the same first dimension (its samples). A
+// Fortran-order .npy is read in its logical order.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "array_file.hpp"
+#include "kiln/plugin.hpp"
+#include "kiln_plugins/sample_index.hpp"
+
+namespace {
+
+constexpr const char* kId = "kiln.arrays";
+
+at::ScalarType scalar_type(kiln_arrays::DType dtype) {
+  using kiln_arrays::DType;
+  switch (dtype) {
+    case DType::float64: return at::kDouble;
+    case DType::float32: return at::kFloat;
+    case DType::float16: return at::kHalf;
+    case DType::bfloat16: return at::kBFloat16;
+    case DType::int64: return at::kLong;
+    case DType::int32: return at::kInt;
+    case DType::int16: return at::kShort;
+    case DType::int8: return at::kChar;
+    case DType::uint8: return at::kByte;
+    case DType::boolean: return at::kBool;
+  }
+  return at::kByte;
+}
+
+// A view of the mapped bytes, in the array's logical order. Rows whose start
+// is not aligned to the item size (a safetensors header of odd length) are
+// copied once into aligned memory instead.
+at::Tensor tensor_of(const kiln_arrays::ArrayView& view) {
+  std::vector<int64_t> sizes = view.shape;
+  if (view.fortran_order) std::reverse(sizes.begin(), sizes.end());
+  const auto type = scalar_type(view.dtype);
+  void* data = const_cast<unsigned char*>(view.data);
+  at::Tensor t;
+  if (reinterpret_cast<uintptr_t>(data) % kiln_arrays::item_size(view.dtype) != 0) {
+    t = at::empty(sizes, at::TensorOptions().dtype(type));
+    if (view.bytes) std::memcpy(t.data_ptr(), view.data, view.bytes);
+  } else {
+    t = at::from_blob(data, sizes, at::TensorOptions().dtype(type));
+  }
+  if (view.fortran_order) {
+    std::vector<int64_t> order(sizes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(order.size() - 1 - i);
+    t = t.permute(order);
+  }
+  return t;
+}
+
+struct Split {
+  std::vector<kiln_arrays::ArrayFile> files;  // keep the mappings alive
+  at::Tensor input, target;                   // views into them
+  at::Tensor rows;                            // int64 row numbers when the split is a subset (val_fraction)
+  int64_t length = 0;
+};
+
+class Arrays final : public kiln::DataModule {
+ public:
+  Arrays(const kiln::Host& host, kiln::Config& config) : DataModule(host) {
+    train_files_ = files(config, "train", true);
+    val_files_ = files(config, "val", false);
+    test_files_ = files(config, "test", false);
+    input_key_ = config.get<std::string>("input", "input");
+    target_key_ = config.get<std::string>("target", "target");
+    val_fraction_ = config.get<double>("val_fraction", 0.0);
+    seed_ = static_cast<uint64_t>(config.get<int64_t>("seed", 0));
+    if (!(val_fraction_ >= 0.0 && val_fraction_ < 1.0))
+      throw kiln::ConfigError("'val_fraction' must be in [0, 1), got " + std::to_string(val_fraction_));
+    if (val_fraction_ > 0.0 && !val_files_.empty())
+      throw kiln::ConfigError("'val' and 'val_fraction' both name a validation split; keep one");
+  }
+
+  void setup(kiln::Stage) override {
+    train_ = load(train_files_);
+    val_ = val_files_.empty() ? Split{} : load(val_files_);
+    test_ = test_files_.empty() ? Split{} : load(test_files_);
+    if (val_fraction_ > 0.0) {
+      // The held-out rows: a permutation of train's rows from `seed`, the
+      // same on every rank and in every run with that seed.
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_);
+      const at::Tensor order = at::randperm(train_.length, gen, at::kLong);
+      const auto held = static_cast<int64_t>(std::llround(val_fraction_ * static_cast<double>(train_.length)));
+      val_ = train_;
+      val_.rows = order.slice(0, 0, held).sort().values;
+      val_.length = held;
+      train_.rows = order.slice(0, held).sort().values;
+      train_.length -= held;
+    }
+  }
+
+  void teardown(kiln::Stage, bool) override { train_ = val_ = test_ = Split{}; }
+
+  int64_t length(kiln::Split split) override { return select(split).length; }
+
+  // Read-only over fixed mappings, hence KILN_DATA_CONCURRENT_GET_BATCH.
+  kiln::TensorMap get_batch(kiln::Split split, const int64_t* indices, size_t count) override {
+    const Split& data = select(split);
+    at::Tensor index = kiln_plugins::sample_index(indices, count, data.length);
+    if (data.rows.defined()) index = data.rows.index_select(0, index);
+    kiln::TensorMap batch{{"input", data.input.index_select(0, index).to(at::kFloat)}};
+    if (data.target.defined()) {
+      const at::Tensor target = data.target.index_select(0, index);
+      batch.emplace("target", c10::isFloatingType(target.scalar_type()) ? target.to(at::kFloat) : target.to(at::kLong));
+    }
+    return batch;
+  }
+
+ private:
+  static std::vector<std::string> files(kiln::Config& config, const std::string& key, bool required) {
+    const toml::node* node = config.table().get(key);
+    if (node && node->is_array()) return config.get_list<std::string>(key, {});
+    const std::string one = config.get<std::string>(key, "");
+    if (one.empty()) {
+      if (required) throw kiln::ConfigError("missing required key '" + key + "' (a .safetensors file or .npy files)");
+      return {};
+    }
+    return {one};
+  }
+
+  Split load(const std::vector<std::string>& paths) const {
+    Split split;
+    try {
+      for (const auto& path : paths) split.files.push_back(kiln_arrays::ArrayFile::open(path));
+      const auto find = [&](const std::string& key) -> std::pair<const kiln_arrays::ArrayFile*, const kiln_arrays::ArrayView*> {
+        std::vector<std::string> keys;
+        for (const auto& file : split.files)
+          for (const auto& array : file.arrays) {
+            if (array.key == key) return {&file, &array};
+            keys.push_back(array.key);
+          }
+        throw kiln_arrays::ArrayFileError("'" + join(paths) + "' has no array '" + key + "'; it has: " +
+                                          kiln_arrays::key_list(keys));
+      };
+      const auto [input_file, input] = find(input_key_);
+      if (input->shape.empty())
+        throw kiln_arrays::ArrayFileError("'" + input_file->path + "': '" + input_key_ +
+                                          "' is a scalar, not one row per sample");
+      split.input = tensor_of(*input);
+      split.length = split.input.size(0);
+      if (!target_key_.empty()) {
+        const auto [target_file, target] = find(target_key_);
+        split.target = tensor_of(*target);
+        if (split.target.dim() == 0 || split.target.size(0) != split.length)
+          throw kiln_arrays::ArrayFileError(
+              "'" + target_file->path + "': '" + target_key_ + "' has " +
+              (split.target.dim() == 0 ? std::string("no rows (a scalar)") : std::to_string(split.target.size(0)) + " rows") +
+              " but '" + input_key_ + "' in '" + input_file->path + "' has " + std::to_string(split.length));
+      }
+    } catch (const kiln_arrays::ArrayFileError& e) {
+      throw kiln::InvalidInput(e.what());
+    }
+    return split;
+  }
+
+  static std::string join(const std::vector<std::string>& paths) {
+    std::string out;
+    for (const auto& p : paths) out += (out.empty() ? "" : "', '") + p;
+    return out;
+  }
+
+  const Split& select(kiln::Split split) const {
+    switch (split) {
+      case kiln::Split::train: return train_;
+      case kiln::Split::val: return val_;
+      case kiln::Split::test:
+      case kiln::Split::predict: return test_;
+    }
+    throw std::invalid_argument("unknown split " + std::to_string(static_cast<int>(split)));
+  }
+
+  std::vector<std::string> train_files_, val_files_, test_files_;
+  std::string input_key_, target_key_;
+  double val_fraction_ = 0.0;
+  uint64_t seed_ = 0;
+  Split train_, val_, test_;
+};
+
+}  // namespace
+
+KILN_EXPORT_PLUGINS(kiln::describe<Arrays>(
+    {kId, "Arrays from .npy and .safetensors", "0.1.0",
+     "Named arrays from NumPy .npy files and .safetensors files, memory-mapped", KILN_DATA_CONCURRENT_GET_BATCH}))

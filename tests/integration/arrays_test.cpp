@@ -1,0 +1,165 @@
+// kiln_arrays (plugins/arrays): the same data written by NumPy as .npy files
+// (C and Fortran order) and by safetensors as one .safetensors file trains to
+// the same numbers, bit for bit; a held-out fraction is a seeded choice; and
+// each unusable file is one line naming it (and the key), exit 2, with
+// nothing written.
+#include <gtest/gtest.h>
+
+#include "common.hpp"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(300);
+
+// Four Gaussian classes in 16 features, 256 training rows and 64 test rows,
+// from a fixed seed, in every form the test reads; and the broken files.
+constexpr const char* kMakeData = R"PY(
+import sys, numpy as np
+from safetensors.numpy import save_file
+out = sys.argv[1]
+rng = np.random.default_rng(7)
+centroids = rng.normal(size=(4, 16)).astype(np.float32)
+def split(n):
+    y = np.arange(n) % 4
+    x = (centroids[y] + 0.8 * rng.normal(size=(n, 16))).astype(np.float32)
+    return x, y.astype(np.int64)
+x, y = split(256)
+tx, ty = split(64)
+import os
+for d in ("c", "f", "test", "bad"):
+    os.makedirs(f"{out}/{d}", exist_ok=True)
+np.save(f"{out}/c/x.npy", x); np.save(f"{out}/c/y.npy", y)
+np.save(f"{out}/f/x.npy", np.asfortranarray(x)); np.save(f"{out}/f/y.npy", y.astype(np.int32))
+np.save(f"{out}/test/x.npy", tx); np.save(f"{out}/test/y.npy", ty)
+save_file({"x": x, "y": y}, f"{out}/train.safetensors")
+save_file({"x": tx, "y": ty}, f"{out}/test.safetensors")
+assert np.load(f"{out}/f/x.npy").flags.f_contiguous
+# The broken ones.
+np.save(f"{out}/bad/short_y.npy", y[:255])
+np.save(f"{out}/bad/big_endian.npy", x.astype(">f4"))
+np.save(f"{out}/bad/objects.npy", np.array([{"a": 1}] * 256, dtype=object), allow_pickle=True)
+np.save(f"{out}/bad/fields.npy", np.zeros(256, dtype=[("a", "<f4"), ("b", "<i4")]))
+whole = open(f"{out}/c/x.npy", "rb").read()
+open(f"{out}/bad/truncated.npy", "wb").write(whole[: len(whole) - 100])
+st = open(f"{out}/train.safetensors", "rb").read()
+open(f"{out}/bad/truncated.safetensors", "wb").write(st[: len(st) - 8])
+print("written")
+)PY";
+
+std::filesystem::path make_data(const TempDir& dir) {
+  write_file(dir / "make_data.py", kMakeData);
+  const ProcessResult r = run_process({check_python().string(), (dir / "make_data.py").string(), (dir / "data").string()},
+                                      {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir / "data";
+}
+
+// A manifest whose [data] table holds `data_lines`; run dir `run_name`.
+std::filesystem::path manifest(const TempDir& dir, const std::string& run_name, const std::string& data_lines) {
+  const auto file = dir / (run_name + ".toml");
+  write_file(file, "[run]\nname = \"arrays\"\ndir = \"" + (dir / run_name).string() +
+                       "\"\nseed = 3\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 16\nhidden = [16]\n"
+                       "classes = 4\n\n[data]\npath = \"kiln_arrays\"\n" +
+                       data_lines + "\n[trainer]\nmax_epochs = 2\nbatch_size = 32\nprogress = \"none\"\n\n"
+                                    "[optimizer]\nname = \"adam\"\nlr = 0.01\n");
+  return file;
+}
+
+std::string q(const std::filesystem::path& p) { return "\"" + p.string() + "\""; }
+
+std::vector<std::map<std::string, double>> rows_without_timings(const std::filesystem::path& csv) {
+  auto rows = read_metrics(csv);
+  for (auto& row : rows) erase_timings(row);
+  return rows;
+}
+
+TEST(Arrays, NpyInEitherOrderAndSafetensorsTrainToTheSameNumbers) {
+  KILN_REQUIRE_CHECK_PYTHON();
+  TempDir dir;
+  const auto data = make_data(dir);
+  const std::string test_npy = "test = [" + q(data / "test" / "x.npy") + ", " + q(data / "test" / "y.npy") + "]\n";
+  const std::map<std::string, std::string> forms = {
+      {"npy_c", "train = [" + q(data / "c" / "x.npy") + ", " + q(data / "c" / "y.npy") + "]\n" + test_npy +
+                    "input = \"x\"\ntarget = \"y\"\n"},
+      {"npy_fortran", "train = [" + q(data / "f" / "x.npy") + ", " + q(data / "f" / "y.npy") + "]\n" + test_npy +
+                          "input = \"x\"\ntarget = \"y\"\n"},
+      {"safetensors", "train = " + q(data / "train.safetensors") + "\ntest = " + q(data / "test.safetensors") +
+                          "\ninput = \"x\"\ntarget = \"y\"\n"}};
+  std::map<std::string, std::vector<std::map<std::string, double>>> logged;
+  for (const auto& [name, lines] : forms) {
+    const ProcessResult r = kiln({"fit", manifest(dir, name, lines).string()}, {.timeout = kTimeout});
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    logged[name] = rows_without_timings(dir / name / "metrics.csv");
+  }
+  ASSERT_FALSE(logged["npy_c"].empty());
+  EXPECT_GE(last_value(logged["npy_c"], "test/acc"), 0.9) << "the classes are well apart";
+  EXPECT_EQ(logged["npy_c"], logged["npy_fortran"]) << "a Fortran-order array is read in its logical order";
+  EXPECT_EQ(logged["npy_c"], logged["safetensors"]) << "the same bytes through either format";
+}
+
+// val_fraction holds out a seeded choice of train's rows: the same seed, the
+// same validation numbers; another seed, another choice.
+TEST(Arrays, AHeldOutFractionIsASeededChoiceOfTrainsRows) {
+  KILN_REQUIRE_CHECK_PYTHON();
+  TempDir dir;
+  const auto data = make_data(dir);
+  const auto lines = [&](int seed) {
+    return "train = " + q(data / "train.safetensors") + "\ninput = \"x\"\ntarget = \"y\"\nval_fraction = 0.25\nseed = " +
+           std::to_string(seed) + "\n";
+  };
+  std::vector<std::vector<std::map<std::string, double>>> runs;
+  for (const auto& [name, seed] : std::vector<std::pair<std::string, int>>{{"a", 1}, {"b", 1}, {"c", 2}}) {
+    const ProcessResult r = kiln({"fit", manifest(dir, name, lines(seed)).string()}, {.timeout = kTimeout});
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    runs.push_back(rows_without_timings(dir / name / "metrics.csv"));
+    EXPECT_NE(r.output.find("val/acc"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_NE(runs[0], runs[2]);
+}
+
+struct Refusal {
+  std::string name;
+  std::string data_lines;  // with DATA standing for the data directory
+  std::string expected;    // part of the one line
+};
+
+// Each unusable file: one line naming it (and the key), exit 2, no training.
+TEST(ArraysRefuse, EachBadFileWithOneLineNamingItExit2AndNothingWritten) {
+  KILN_REQUIRE_CHECK_PYTHON();
+  TempDir dir;
+  const auto data = make_data(dir);
+  const std::vector<Refusal> refusals{
+      {"missing_key", "train = \"DATA/train.safetensors\"\ninput = \"features\"\ntarget = \"y\"\n",
+       "has no array 'features'; it has: x, y"},
+      {"rows_differ", "train = [\"DATA/c/x.npy\", \"DATA/bad/short_y.npy\"]\ninput = \"x\"\ntarget = \"short_y\"\n",
+       "'short_y' has 255 rows but 'x'"},
+      {"truncated_npy", "train = [\"DATA/bad/truncated.npy\"]\ninput = \"truncated\"\ntarget = \"\"\n",
+       "truncated.npy': is truncated"},
+      {"truncated_safetensors", "train = \"DATA/bad/truncated.safetensors\"\ninput = \"x\"\ntarget = \"y\"\n",
+       "truncated.safetensors': is truncated or its header lies"},
+      {"big_endian", "train = [\"DATA/bad/big_endian.npy\"]\ninput = \"big_endian\"\ntarget = \"\"\n",
+       "big_endian.npy': holds big-endian data"},
+      {"objects", "train = [\"DATA/bad/objects.npy\"]\ninput = \"objects\"\ntarget = \"\"\n",
+       "objects.npy': holds Python objects"},
+      {"structured", "train = [\"DATA/bad/fields.npy\"]\ninput = \"fields\"\ntarget = \"\"\n",
+       "fields.npy': holds a structured array"},
+      {"not_a_format", "train = \"DATA/../make_data.py\"\ninput = \"x\"\n", "is neither .npy nor .safetensors"},
+      {"both_val_keys", "train = \"DATA/train.safetensors\"\nval = \"DATA/test.safetensors\"\nval_fraction = 0.1\n"
+                        "input = \"x\"\ntarget = \"y\"\n",
+       "'val' and 'val_fraction' both name a validation split"}};
+  for (const auto& refusal : refusals) {
+    SCOPED_TRACE(refusal.name);
+    std::string lines = refusal.data_lines;
+    for (size_t at; (at = lines.find("DATA")) != std::string::npos;) lines.replace(at, 4, data.string());
+    const ProcessResult r = kiln({"fit", manifest(dir, refusal.name, lines).string()}, {.timeout = kTimeout});
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(refusal.expected), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / refusal.name / "metrics.csv")) << "nothing trained or logged";
+  }
+}
+
+}  // namespace
+}  // namespace kiln::test
