@@ -108,9 +108,9 @@ class Arrays final : public kiln::DataModule {
       const at::Tensor order = at::randperm(train_.length, gen, at::kLong);
       const auto held = static_cast<int64_t>(std::llround(val_fraction_ * static_cast<double>(train_.length)));
       val_ = train_;
-      val_.rows = order.slice(0, 0, held).sort().values;
+      val_.rows = std::get<0>(order.slice(0, 0, held).sort());
       val_.length = held;
-      train_.rows = order.slice(0, held).sort().values;
+      train_.rows = std::get<0>(order.slice(0, held).sort());
       train_.length -= held;
     }
   }
@@ -127,7 +127,7 @@ class Arrays final : public kiln::DataModule {
     kiln::TensorMap batch{{"input", data.input.index_select(0, index).to(at::kFloat)}};
     if (data.target.defined()) {
       const at::Tensor target = data.target.index_select(0, index);
-      batch.emplace("target", c10::isFloatingType(target.scalar_type()) ? target.to(at::kFloat) : target.to(at::kLong));
+      batch.emplace_back("target", c10::isFloatingType(target.scalar_type()) ? target.to(at::kFloat) : target.to(at::kLong));
     }
     return batch;
   }

