@@ -100,9 +100,11 @@ install_check_python() {
   check_args=(-DKILN_CHECK_PYTHON="$PWD/$py")
 }
 
+# build [CMAKE_ARGS...]: configures and builds BUILD_TARGETS (default: all).
+BUILD_TARGETS=()
 build() {
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${torch_args[@]}" "${check_args[@]}" "$@" >/dev/null
-  cmake --build "$BUILD_DIR" -j2
+  cmake --build "$BUILD_DIR" -j2 ${BUILD_TARGETS[@]+--target "${BUILD_TARGETS[@]}"}
 }
 
 # Sanitizer runs: a finding in any process (kiln, a worker, a test) fails
@@ -171,6 +173,8 @@ case "${1:-}" in
         BUILD_DIR=${KILN_BUILD_DIR:-build-asan}
         # -O1: what AddressSanitizer is meant to be used with, and a third
         # less compile time than RelWithDebInfo's -O2.
+        # Only what the tests below run (no GPU or accuracy tests, no bench).
+        BUILD_TARGETS=(kiln_unit_tests kiln_sdk_metrics_tests kiln_integration_tests)
         build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
           -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DKILN_SANITIZE=address,undefined -DKILN_BUILD_BENCH=OFF
         export_sanitizer_options

@@ -28,6 +28,7 @@
 
 #include "array_file.hpp"
 #include "kiln/plugin.hpp"
+#include "kiln_plugins/by_split.hpp"
 #include "kiln_plugins/sample_index.hpp"
 
 namespace {
@@ -185,15 +186,7 @@ class Arrays final : public kiln::DataModule {
     return out;
   }
 
-  const Split& select(kiln::Split split) const {
-    switch (split) {
-      case kiln::Split::train: return train_;
-      case kiln::Split::val: return val_;
-      case kiln::Split::test:
-      case kiln::Split::predict: return test_;
-    }
-    throw std::invalid_argument("unknown split " + std::to_string(static_cast<int>(split)));
-  }
+  const Split& select(kiln::Split split) const { return kiln_plugins::by_split(split, train_, val_, test_); }
 
   std::vector<std::string> train_files_, val_files_, test_files_;
   std::string input_key_, target_key_;

@@ -20,6 +20,7 @@
 #include "idx_reader.hpp"
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/checks.hpp"
+#include "kiln_plugins/by_split.hpp"
 #include "kiln_plugins/sample_index.hpp"
 
 namespace {
@@ -92,15 +93,7 @@ class FashionMnist final : public kiln::DataModule {
   }
 
  private:
-  const SplitData& select(kiln::Split split) const {
-    switch (split) {
-      case kiln::Split::train: return train_;
-      case kiln::Split::val: return val_;
-      case kiln::Split::test:
-      case kiln::Split::predict: return test_;
-    }
-    throw std::invalid_argument("unknown split " + std::to_string(static_cast<int>(split)));
-  }
+  const SplitData& select(kiln::Split split) const { return kiln_plugins::by_split(split, train_, val_, test_); }
 
   SplitData load(const std::string& images_file, const std::string& labels_file) const {
     const std::string images_path = root_ + "/" + images_file;

@@ -22,6 +22,7 @@
 
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/checks.hpp"
+#include "kiln_plugins/by_split.hpp"
 #include "kiln_plugins/sample_index.hpp"
 
 namespace {
@@ -95,15 +96,7 @@ class Synthetic final : public kiln::DataModule {
     return data;
   }
 
-  const SplitData& select(kiln::Split split) const {
-    switch (split) {
-      case kiln::Split::train: return train_;
-      case kiln::Split::val: return val_;
-      case kiln::Split::test:
-      case kiln::Split::predict: return test_;
-    }
-    throw std::invalid_argument("unknown split " + std::to_string(static_cast<int>(split)));
-  }
+  const SplitData& select(kiln::Split split) const { return kiln_plugins::by_split(split, train_, val_, test_); }
 
   int64_t train_size_ = 0, val_size_ = 0, test_size_ = 0;
   int64_t features_ = 0, classes_ = 0;

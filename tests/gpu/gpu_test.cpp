@@ -10,6 +10,7 @@
 
 #include "../integration/common.hpp"
 #include "../unit/loop_fakes.hpp"
+#include "../integration/checkpoint_sections.hpp"
 #include "ckpt/checkpoint_file.hpp"
 
 namespace kiln::test {
@@ -54,16 +55,6 @@ TEST_F(Gpu, Float16MixedCheckpointsCarryTheScalerAndResume) {
   r = fit_on_gpu(dir, "16-mixed", {"--resume", "last"}, "[checkpoint]\nevery_n_epochs = 1\n");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("16-mixed:"), std::string::npos) << r.output;
-}
-
-// Every section but the manifest's text (which holds the overrides) and
-// metrics.csv's rows so far (which hold wall-clock timings).
-std::map<std::string, std::string> state_sections(const std::filesystem::path& file) {
-  const CheckpointFile f = CheckpointFile::read(file);
-  std::map<std::string, std::string> out;
-  for (const auto& name : f.names())
-    if (name != "manifest" && name != "metrics/csv") out[name] = std::string(f.section(name));
-  return out;
 }
 
 // The asynchronous snapshot of CUDA tensors is a pinned, non-blocking copy

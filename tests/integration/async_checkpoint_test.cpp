@@ -7,6 +7,7 @@
 
 #include <set>
 
+#include "checkpoint_sections.hpp"
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/run_state.hpp"
 #include "common.hpp"
@@ -19,16 +20,6 @@ std::filesystem::path ckpt_dir(const TempDir& dir) { return dir / "run" / "check
 std::set<std::string> names_in(const std::filesystem::path& dir) {
   std::set<std::string> out;
   for (const auto& e : std::filesystem::directory_iterator(dir)) out.insert(e.path().filename().string());
-  return out;
-}
-
-// Every section but the manifest's text (which holds the overrides) and
-// metrics.csv's rows so far (which hold wall-clock timings).
-std::map<std::string, std::string> state_sections(const std::filesystem::path& file) {
-  const CheckpointFile f = CheckpointFile::read(file);
-  std::map<std::string, std::string> out;
-  for (const auto& name : f.names())
-    if (name != "manifest" && name != "metrics/csv") out[name] = std::string(f.section(name));
   return out;
 }
 
