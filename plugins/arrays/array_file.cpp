@@ -16,8 +16,29 @@
 namespace kiln_arrays {
 namespace {
 
+// One line whatever the file holds: control characters as \xNN.
+std::string one_line(const std::string& text) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// Text taken from a file (a key, a dtype) as a message shows it: at most 64
+// characters of it.
+std::string shown(const std::string& text) { return text.size() <= 64 ? text : text.substr(0, 64) + "..."; }
+
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
-  throw ArrayFileError("'" + name + "': " + what);
+  throw ArrayFileError(one_line("'" + name + "': " + what));
 }
 
 // shape's element count times the item size, or nullopt on overflow.
@@ -72,7 +93,7 @@ class DictReader {
       } else if (key == "shape") {
         header.shape = tuple();
       } else {
-        bad("an unexpected key '" + key + "'");
+        bad("an unexpected key '" + shown(key) + "'");
       }
       skip_space();
       if (peek() == ',') {
@@ -164,7 +185,7 @@ class DictReader {
 };
 
 DType npy_dtype(const std::string& name, const std::string& descr) {
-  if (descr.size() < 2) fail(name, "dtype '" + descr + "' is not one kiln reads");
+  if (descr.size() < 2) fail(name, "dtype '" + shown(descr) + "' is not one kiln reads");
   const char order = descr[0];
   const std::string kind = descr.substr(1);
   static const std::map<std::string, DType> kinds = {
@@ -174,14 +195,14 @@ DType npy_dtype(const std::string& name, const std::string& descr) {
   const auto it = kinds.find(kind);
   if (it == kinds.end()) {
     if (kind == "O") fail(name, "holds Python objects (dtype 'O'); save a numeric array");
-    fail(name, "dtype '" + descr +
+    fail(name, "dtype '" + shown(descr) +
                    "' is not one kiln reads (float64/32/16, int64/32/16/8, uint8, bool; convert with "
                    "array.astype(...))");
   }
   if (order == '>' && item_size(it->second) > 1)
-    fail(name, "holds big-endian data (dtype '" + descr + "'); save it with array.astype('<" + kind + "')");
+    fail(name, "holds big-endian data (dtype '" + shown(descr) + "'); save it with array.astype('<" + shown(kind) + "')");
   if (order != '<' && order != '|' && order != '=' && order != '>')
-    fail(name, "dtype '" + descr + "' has no byte order kiln knows");
+    fail(name, "dtype '" + shown(descr) + "' has no byte order kiln knows");
   return it->second;
 }
 
@@ -442,8 +463,11 @@ std::vector<ArrayView> parse_safetensors(const std::string& name, const unsigned
   const size_t data_start = 8 + header_size;
   const size_t data_size = size - data_start;
   std::vector<ArrayView> out;
-  for (const auto& [key, entry] : root.members) {
-    if (key == "__metadata__") continue;
+  for (const auto& member : root.members) {
+    // Named, not a structured binding: a lambda below uses `entry` (C++17).
+    const std::string key = shown(member.first);
+    const Json& entry = member.second;
+    if (member.first == "__metadata__") continue;
     const auto field = [&](const char* wanted) -> const Json* {
       for (const auto& [k, v] : entry.members)
         if (k == wanted) return &v;
@@ -458,10 +482,10 @@ std::vector<ArrayView> parse_safetensors(const std::string& name, const unsigned
       fail(name, "'" + key + "': its entry lacks dtype, shape or data_offsets");
     const auto type = safetensors_dtype(dtype->text);
     if (!type)
-      fail(name, "'" + key + "' has dtype " + dtype->text +
+      fail(name, "'" + key + "' has dtype " + shown(dtype->text) +
                      ", not one kiln reads (F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
     ArrayView view;
-    view.key = key;
+    view.key = member.first;
     view.dtype = *type;
     for (const Json& d : shape->items) {
       if (d.kind != Json::number || !d.integral || d.integer < 0)
@@ -542,7 +566,7 @@ std::string key_list(std::vector<std::string> keys) {
   if (keys.empty()) return "none";
   std::sort(keys.begin(), keys.end());
   std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + one_line(shown(k));
   return out;
 }
 
