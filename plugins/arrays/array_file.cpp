@@ -553,15 +553,6 @@ ArrayFile ArrayFile::open(const std::string& path) {
   return file;
 }
 
-const ArrayView& ArrayFile::at(const std::string& key) const {
-  std::vector<std::string> keys;
-  for (const auto& a : arrays) {
-    if (a.key == key) return a;
-    keys.push_back(a.key);
-  }
-  fail(path, "has no array '" + key + "'; it has: " + key_list(keys));
-}
-
 std::string key_list(std::vector<std::string> keys) {
   if (keys.empty()) return "none";
   std::sort(keys.begin(), keys.end());

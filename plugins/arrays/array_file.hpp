@@ -63,8 +63,6 @@ struct ArrayFile {
   std::vector<ArrayView> arrays;
 
   static ArrayFile open(const std::string& path);
-  // The array named `key`; an ArrayFileError listing the keys there are otherwise.
-  const ArrayView& at(const std::string& key) const;
 };
 
 }  // namespace kiln_arrays
