@@ -139,6 +139,7 @@ if wants test; then
   grep -E 'tests passed|tests failed|Skipped|\*\*\*|Failed|Passed' "$out/ctest.log" | tail -12 | tee -a "$summary"
 fi
 if wants suite; then
+  export KILN_TEST_FASHION_MNIST=$data
   run_logged "$out/build.log" "${kiln_env[@]}" cmake --build "$build" -j"$(nproc)" || { say "gpu.sh: build of the suite failed"; exit 1; }
   run_logged "$out/ctest.log" "${kiln_env[@]}" ctest --test-dir "$build" -j"$(( $(nproc) * 3 / 4 ))" --timeout 300 --output-on-failure || tests_failed=1
   grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -2 | tee -a "$summary"

@@ -211,4 +211,20 @@ BatchPtr Prefetcher::next() {
   return std::move(taken.batch);
 }
 
+BatchPtr Prefetcher::try_next() {
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const size_t b = s.next_to_take;
+  if (b >= s.last) return nullptr;
+  State::Slot& slot = s.slot(b);
+  if (!slot.ready || slot.error) return nullptr;
+  BatchPtr taken = std::move(slot.batch);
+  slot = State::Slot{};
+  ++s.next_to_take;
+  const bool wake = s.sleeping > 0 && s.next_to_claim - s.next_to_take <= s.low_water;
+  lock.unlock();
+  if (wake) s.room_cv.notify_all();
+  return taken;
+}
+
 }  // namespace kiln

@@ -58,6 +58,9 @@ class Prefetcher {
   size_t size() const;  // batches in its range
   // The next batch in plan order; blocks until it is ready.
   BatchPtr next();
+  // The next batch if it is ready now, else null without waiting; a batch
+  // whose get_batch failed is left for next(), which throws its error.
+  BatchPtr try_next();
 
  private:
   struct State;  // shared with the worker threads, which may outlive this object

@@ -63,9 +63,16 @@ class Fetched final : public BatchStream {
     if (!staged_) stage();
     BatchPtr batch = std::move(staged_);
     mover_->finish(*batch);
-    // The next batch's copy is issued now, before this batch's step: it runs
-    // on the copy stream while the GPU computes this one.
-    if (fetched_ < size_) stage();
+    // The next batch's copy is issued now, before this batch's step, when
+    // a prefetch thread already has it: it runs on the copy stream while the
+    // GPU computes this one. Never by waiting for it: a slow or stuck
+    // get_batch of the next batch must not hold back this batch's step (nor
+    // a failure there, which must be reported while that call is stuck),
+    // and an inline gather is better done once this step is queued.
+    if (BatchPtr ready = try_fetch()) {
+      staged_ = std::move(ready);
+      mover_->start(*staged_);
+    }
     return batch;
   }
 
@@ -73,6 +80,16 @@ class Fetched final : public BatchStream {
   void stage() {
     staged_ = fetch();
     mover_->start(*staged_);
+  }
+
+  // The next batch without waiting, when a prefetch thread of the open
+  // segment has it ready and no timing window is open (whose steps are
+  // timed from one fetch to the next); else null, and fetch() takes it.
+  BatchPtr try_fetch() {
+    if (fetched_ >= size_ || fetched_ == segment_end_ || !prefetcher_ || timed_) return nullptr;
+    BatchPtr batch = prefetcher_->try_next();
+    if (batch) ++fetched_;
+    return batch;
   }
 
   BatchPtr fetch() {

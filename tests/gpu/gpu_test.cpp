@@ -123,5 +123,29 @@ TEST_F(Gpu, TheTrainingStepDoesNotWaitForTheGpu) {
   EXPECT_EQ(fit.metrics.on_device->device_reads(), 3) << "one copy of the metrics per epoch end";
 }
 
+// On CUDA the next batch's host-to-device copy is started before this
+// batch's step, when a prefetch thread already has it. A get_batch that
+// stalls on the next batch must not hold this batch's step back: the step
+// fails while that call is stuck, and the failure is reported with every
+// cleanup hook run, within a bound (the CPU case: StuckGetBatch).
+TEST_F(Gpu, AStepThatFailsWhileTheNextGetBatchIsStuckIsReported) {
+  TempDir dir;
+  const ProcessResult r =
+      kiln({"fit",
+            recorder_manifest(dir, "fail_at = [\"training_step\"]\nwait_for = \"data:get_batch stalls\"",
+                              "size = 64\nstall_after = 1\nstall_s = 600", "",
+                              "max_epochs = 1\nbatch_size = 4\nprefetch = \"thread\"\n")
+                .string(),
+            "--set", "run.device=cuda"},
+           {.timeout = std::chrono::seconds(120)});
+  ASSERT_FALSE(r.timed_out) << "the step waited for the next batch's stuck get_batch\n" << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("device cuda:0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed in training_step"), std::string::npos) << r.output;
+  const std::string calls = read_file(dir / "calls.log");
+  for (const char* line : {"get_batch stalls", "model:on_exception(", "data:teardown(failed=1)", "model:destroy"})
+    EXPECT_NE(calls.find(line), std::string::npos) << line << "\n" << calls;
+}
+
 }  // namespace
 }  // namespace kiln::test

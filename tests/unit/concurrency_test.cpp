@@ -390,6 +390,25 @@ TEST_F(PrefetcherTest, AGetBatchErrorIsRethrownWhenItsBatchIsTaken) {
 // The consumer wakes sleeping workers only at the ring's low-water mark:
 // every batch still arrives, in order, whatever the depth and thread count,
 // and a range [first, last) of the plan is exactly those batches.
+// try_next (the CUDA path's look-ahead) never waits: a batch not yet ready,
+// or one whose get_batch failed, is left for next().
+TEST_F(PrefetcherTest, TryNextTakesOnlyAReadyBatchAndLeavesAnErrorForNext) {
+  g_data.fail_at = 3;
+  kiln::Prefetcher prefetcher = prefetch_all(*instance, 6, 1, 4);
+  for (int b = 0; b < 3; ++b) {
+    kiln::BatchPtr batch;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!(batch = prefetcher.try_next()) && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(batch) << "batch " << b << " was never ready";
+    EXPECT_EQ(index_of(std::move(batch)), b);
+  }
+  // Batch 3 failed: try_next leaves it however long it waits.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(prefetcher.try_next());
+  EXPECT_THROW(prefetcher.next(), kiln::HookError);
+}
+
 TEST_F(PrefetcherTest, HandsARangeBackInOrderAtEveryDepthAndThreadCount) {
   auto plan = std::make_shared<const kiln::BatchPlan>(plan_of(120));
   for (int depth : {1, 2, 3, 4, 7})
