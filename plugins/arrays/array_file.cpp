@@ -12,6 +12,9 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
+
+#include <zlib.h>
 
 namespace kiln_arrays {
 namespace {
@@ -513,6 +516,183 @@ std::vector<ArrayView> parse_safetensors(const std::string& name, const unsigned
   return out;
 }
 
+namespace {
+
+// Little-endian fields of a zip archive, each read only after its bounds
+// were checked by the caller.
+uint16_t u16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t u32(const unsigned char* p) { return u16(p) | (static_cast<uint32_t>(u16(p + 2)) << 16); }
+uint64_t u64(const unsigned char* p) { return u32(p) | (static_cast<uint64_t>(u32(p + 4)) << 32); }
+
+struct ZipMember {
+  std::string name;
+  uint16_t flags = 0, method = 0;
+  uint32_t crc = 0;
+  uint64_t compressed = 0, uncompressed = 0, local_offset = 0;
+};
+
+// Where the central directory lies and how many entries it holds, from the
+// end-of-central-directory record (and its zip64 twin when a field is full).
+struct CentralDirectory {
+  uint64_t offset = 0, size = 0, entries = 0;
+};
+
+CentralDirectory find_central_directory(const std::string& name, const unsigned char* bytes, size_t size) {
+  constexpr size_t kEocd = 22;
+  if (size < kEocd) fail(name, "is not a .npz file (too short for a zip archive)");
+  // The record ends the file, after a comment of at most 65535 bytes; the
+  // one whose comment reaches exactly the end is the real one.
+  const size_t lowest = size - kEocd > 65535 ? size - kEocd - 65535 : 0;
+  for (size_t at = size - kEocd + 1; at-- > lowest;) {
+    const unsigned char* e = bytes + at;
+    if (u32(e) != 0x06054b50u || at + kEocd + u16(e + 20) != size) continue;
+    if (u16(e + 4) != 0 || u16(e + 6) != 0) fail(name, "is a zip archive split over several disks");
+    CentralDirectory cd{u32(e + 16), u32(e + 12), u16(e + 10)};
+    if (cd.entries == 0xFFFF || cd.size == 0xFFFFFFFFu || cd.offset == 0xFFFFFFFFu) {
+      if (at < 20 || u32(e - 20) != 0x07064b50u) fail(name, "is a zip64 archive without its zip64 locator");
+      const uint64_t z = u64(e - 20 + 8);
+      if (z > at || at - z < 56 || u32(bytes + z) != 0x06064b50u)
+        fail(name, "is a zip64 archive whose zip64 end record is missing or out of place");
+      const unsigned char* r = bytes + z;
+      cd = CentralDirectory{u64(r + 48), u64(r + 40), u64(r + 32)};
+      at = static_cast<size_t>(z);
+    }
+    if (cd.offset > at || cd.size > at - cd.offset)
+      fail(name, "is truncated or not a zip archive: its central directory (" + std::to_string(cd.size) +
+                     " bytes at " + std::to_string(cd.offset) + ") lies outside the file");
+    return cd;
+  }
+  fail(name, "is truncated or not a .npz file (no zip end-of-central-directory record at its end)");
+}
+
+std::vector<ZipMember> read_members(const std::string& name, const unsigned char* bytes, const CentralDirectory& cd) {
+  std::vector<ZipMember> members;
+  const unsigned char* p = bytes + cd.offset;
+  const unsigned char* const end = p + cd.size;
+  for (uint64_t i = 0; i < cd.entries; ++i) {
+    if (end - p < 46 || u32(p) != 0x02014b50u)
+      fail(name, "its central directory is damaged (entry " + std::to_string(i) + " of " +
+                     std::to_string(cd.entries) + ")");
+    ZipMember m;
+    m.flags = u16(p + 8);
+    m.method = u16(p + 10);
+    m.crc = u32(p + 16);
+    m.compressed = u32(p + 20);
+    m.uncompressed = u32(p + 24);
+    const size_t name_len = u16(p + 28), extra_len = u16(p + 30), comment_len = u16(p + 32);
+    m.local_offset = u32(p + 42);
+    if (static_cast<size_t>(end - p - 46) < name_len + extra_len + comment_len)
+      fail(name, "its central directory is damaged (entry " + std::to_string(i) + " overruns it)");
+    m.name.assign(reinterpret_cast<const char*>(p + 46), name_len);
+    // The zip64 extra field holds, in this order, whichever of the three
+    // fields above are full.
+    const unsigned char* x = p + 46 + name_len;
+    const unsigned char* const x_end = x + extra_len;
+    while (x_end - x >= 4) {
+      const uint16_t id = u16(x), len = u16(x + 2);
+      if (len > x_end - x - 4) break;
+      if (id == 0x0001) {
+        const unsigned char* f = x + 4;
+        const unsigned char* const f_end = f + len;
+        for (uint64_t* field : {&m.uncompressed, &m.compressed, &m.local_offset}) {
+          if (*field != 0xFFFFFFFFu) continue;
+          if (f_end - f < 8) fail(name, "'" + shown(m.name) + "': its zip64 sizes are missing");
+          *field = u64(f);
+          f += 8;
+        }
+      }
+      x += 4 + len;
+    }
+    members.push_back(std::move(m));
+    p += 46 + name_len + extra_len + comment_len;
+  }
+  return members;
+}
+
+}  // namespace
+
+std::vector<ArrayView> parse_npz(const std::string& name, const unsigned char* bytes, size_t size,
+                                 std::vector<std::shared_ptr<const Buffer>>& inflated) {
+  const CentralDirectory cd = find_central_directory(name, bytes, size);
+  std::vector<ArrayView> out;
+  std::set<std::string> keys;
+  for (const ZipMember& m : read_members(name, bytes, cd)) {
+    const std::string member = name + ":" + shown(m.name);
+    if (m.name.size() < 5 || m.name.compare(m.name.size() - 4, 4, ".npy") != 0)
+      fail(member, "is not a .npy member; a .npz holds arrays saved by numpy.savez");
+    const std::string key = m.name.substr(0, m.name.size() - 4);
+    if (!keys.insert(key).second) fail(member, "appears twice in the archive");
+    if (m.flags & 1) fail(member, "is encrypted");
+    // The local header repeats the name and has its own extra field; the
+    // data follows it.
+    if (m.local_offset > cd.offset || cd.offset - m.local_offset < 30 || u32(bytes + m.local_offset) != 0x04034b50u)
+      fail(member, "its local header is missing or out of place (a truncated or damaged archive)");
+    const unsigned char* local = bytes + m.local_offset;
+    const uint64_t data_at = m.local_offset + 30 + u16(local + 26) + u16(local + 28);
+    if (data_at > cd.offset || m.compressed > cd.offset - data_at)
+      fail(member, "is truncated: " + std::to_string(m.compressed) + " bytes at " + std::to_string(data_at) +
+                       " run past the archive's data");
+    const unsigned char* data = bytes + data_at;
+    const unsigned char* array = data;
+    if (m.method == 0) {
+      if (m.compressed != m.uncompressed)
+        fail(member, "is stored uncompressed but its two sizes differ (" + std::to_string(m.compressed) + ", " +
+                         std::to_string(m.uncompressed) + ")");
+    } else if (m.method == 8) {
+      // Deflate never expands more than 1032-fold: a larger claim is a lie,
+      // refused before anything is allocated for it.
+      if (m.uncompressed / 1032 > m.compressed)
+        fail(member, "claims " + std::to_string(m.uncompressed) + " bytes from " + std::to_string(m.compressed) +
+                         " compressed ones, more than deflate can give");
+      auto buffer = std::make_shared<Buffer>(static_cast<size_t>(m.uncompressed));
+      z_stream z{};
+      if (inflateInit2(&z, -MAX_WBITS) != Z_OK) fail(member, "could not be inflated (zlib would not start)");
+      // zlib counts in 32 bits: feed and drain it in chunks.
+      uint64_t in_left = m.compressed, out_left = m.uncompressed;
+      z.next_in = const_cast<unsigned char*>(data);
+      z.next_out = buffer->data();
+      int status = Z_OK;
+      for (;;) {
+        if (z.avail_in == 0 && in_left > 0) {
+          z.avail_in = static_cast<uInt>(std::min<uint64_t>(in_left, 1u << 30));
+          in_left -= z.avail_in;
+        }
+        if (z.avail_out == 0 && out_left > 0) {
+          z.avail_out = static_cast<uInt>(std::min<uint64_t>(out_left, 1u << 30));
+          out_left -= z.avail_out;
+        }
+        status = inflate(&z, Z_NO_FLUSH);
+        // Z_BUF_ERROR: no progress without more input or room; there is
+        // more of either only while a chunk is left to hand over.
+        const bool more = (z.avail_in == 0 && in_left > 0) || (z.avail_out == 0 && out_left > 0);
+        if (status == Z_OK || (status == Z_BUF_ERROR && more)) continue;
+        break;  // the end, corrupt data, input that ended early or output that would overflow the claim
+      }
+      const bool whole = status == Z_STREAM_END && z.avail_out == 0 && out_left == 0;
+      inflateEnd(&z);
+      if (!whole)
+        fail(member, "does not inflate to the " + std::to_string(m.uncompressed) + " bytes the archive says (" +
+                         (status == Z_DATA_ERROR ? "corrupt deflate data" : "a size that lies") + ")");
+      array = buffer->data();
+      inflated.push_back(buffer);
+    } else {
+      fail(member, "is compressed with zip method " + std::to_string(m.method) +
+                       "; kiln reads stored and deflated members (numpy.savez, numpy.savez_compressed)");
+    }
+    const auto length = static_cast<size_t>(m.uncompressed);
+    // crc32 takes 32-bit lengths too.
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t done = 0; done < length;) {
+      const auto chunk = static_cast<uInt>(std::min<size_t>(length - done, 1u << 30));
+      crc = crc32(crc, array + done, chunk);
+      done += chunk;
+    }
+    if (crc != m.crc) fail(member, "fails its CRC-32 check (the archive is damaged)");
+    out.push_back(parse_npy(member, key, array, length));
+  }
+  return out;
+}
+
 MappedFile::MappedFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, std::string("cannot be opened: ") + std::strerror(errno));
@@ -541,13 +721,15 @@ MappedFile::~MappedFile() {
 ArrayFile ArrayFile::open(const std::string& path) {
   const std::filesystem::path p(path);
   const std::string extension = p.extension().string();
-  if (extension != ".npy" && extension != ".safetensors")
-    fail(path, "is neither .npy nor .safetensors (the formats kiln_arrays reads)");
+  if (extension != ".npy" && extension != ".npz" && extension != ".safetensors")
+    fail(path, "is not .npy, .npz nor .safetensors (the formats kiln_arrays reads)");
   ArrayFile file;
   file.path = path;
   file.mapping = std::make_shared<MappedFile>(path);
   if (extension == ".npy")
     file.arrays.push_back(parse_npy(path, p.stem().string(), file.mapping->data(), file.mapping->size()));
+  else if (extension == ".npz")
+    file.arrays = parse_npz(path, file.mapping->data(), file.mapping->size(), file.inflated);
   else
     file.arrays = parse_safetensors(path, file.mapping->data(), file.mapping->size());
   return file;

@@ -1,5 +1,5 @@
-// kiln_arrays' readers: NumPy's .npy and the .safetensors format, memory
-// mapped, without LibTorch (the fuzz target links them alone). A reader
+// kiln_arrays' readers: NumPy's .npy and .npz and the .safetensors format,
+// memory mapped, without LibTorch (the fuzz target links them alone). A reader
 // checks everything its header claims against the file before anything
 // points into it; any lie is an ArrayFileError naming the file (and key).
 #pragma once
@@ -37,6 +37,13 @@ struct ArrayView {
 // parse_npy's `key` is the name the array goes by (the file's stem).
 ArrayView parse_npy(const std::string& name, const std::string& key, const unsigned char* bytes, size_t size);
 std::vector<ArrayView> parse_safetensors(const std::string& name, const unsigned char* bytes, size_t size);
+// A .npz (NumPy's savez and savez_compressed: a zip of .npy members, zip64
+// included); a member "x.npy" is the array "x". A stored member's view
+// points into `bytes`; a deflated one is inflated into a buffer appended to
+// `inflated`, which must outlive the views. Each member's CRC-32 is checked.
+using Buffer = std::vector<unsigned char>;
+std::vector<ArrayView> parse_npz(const std::string& name, const unsigned char* bytes, size_t size,
+                                 std::vector<std::shared_ptr<const Buffer>>& inflated);
 
 // "a, b, c" in sorted order ("none" for none), for messages that list keys.
 std::string key_list(std::vector<std::string> keys);
@@ -56,10 +63,12 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// A .npy or .safetensors file (by its extension), mapped, with its arrays.
+// A .npy, .npz or .safetensors file (by its extension), mapped, with its
+// arrays (a compressed .npz member's bytes in `inflated`).
 struct ArrayFile {
   std::string path;
   std::shared_ptr<MappedFile> mapping;
+  std::vector<std::shared_ptr<const Buffer>> inflated;
   std::vector<ArrayView> arrays;
 
   static ArrayFile open(const std::string& path);

@@ -1,13 +1,16 @@
-// kiln.arrays — named arrays from NumPy's .npy files and .safetensors files,
-// memory-mapped: a batch gathers its rows straight from the page cache, so a
-// file far larger than memory trains without being read in.
+// kiln.arrays — named arrays from NumPy's .npy and .npz files and
+// .safetensors files, memory-mapped: a batch gathers its rows straight from
+// the page cache, so a file far larger than memory trains without being read
+// in (a .npz member is read into memory: deflated, or stored at an offset
+// LibTorch cannot view).
 //
 // [data]
 // path = "kiln_arrays"
-// train = "train.safetensors"       # a .safetensors file, or .npy files:
+// train = "train.safetensors"       # a .safetensors or .npz file, or .npy files:
 //                                   # ["train/x.npy", "train/y.npy"] (a .npy's key is its stem)
 // val = "val.safetensors"           # optional; or
-// val_fraction = 0.1                # held out of train: a permutation seeded by `seed`
+// val_fraction = 0.1                # held out of train: a permutation seeded by `seed`;
+//                                   # the rows: <run dir>/kiln.arrays/val_rows.npy
 // test = "test.safetensors"         # optional; also the predict split
 // input = "x"                       # the key read as the batch's "input" (as float32)
 // target = "y"                      # the key read as "target": integers and bools as
@@ -16,7 +19,6 @@
 //
 // Every array of a split has the same first dimension (its samples). A
 // Fortran-order .npy is read in its logical order.
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "array_file.hpp"
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/by_split.hpp"
+#include "kiln_plugins/held_out.hpp"
 #include "kiln_plugins/sample_index.hpp"
 
 namespace {
@@ -103,16 +106,13 @@ class Arrays final : public kiln::DataModule {
     val_ = val_files_.empty() ? Split{} : load(val_files_);
     test_ = test_files_.empty() ? Split{} : load(test_files_);
     if (val_fraction_ > 0.0) {
-      // The held-out rows: a permutation of train's rows from `seed`, the
-      // same on every rank and in every run with that seed.
-      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed_);
-      const at::Tensor order = at::randperm(train_.length, gen, at::kLong);
-      const auto held = static_cast<int64_t>(std::llround(val_fraction_ * static_cast<double>(train_.length)));
+      const kiln_plugins::HeldOut held = kiln_plugins::hold_out(train_.length, val_fraction_, seed_);
       val_ = train_;
-      val_.rows = std::get<0>(order.slice(0, 0, held).sort());
-      val_.length = held;
-      train_.rows = std::get<0>(order.slice(0, held).sort());
-      train_.length -= held;
+      val_.rows = held.val_rows;
+      val_.length = held.val_rows.numel();
+      train_.rows = held.train_rows;
+      train_.length = held.train_rows.numel();
+      kiln_plugins::record_held_out(host(), kId, held, val_fraction_, seed_);
     }
   }
 
@@ -198,5 +198,6 @@ class Arrays final : public kiln::DataModule {
 }  // namespace
 
 KILN_EXPORT_PLUGINS(kiln::describe<Arrays>(
-    {kId, "Arrays from .npy and .safetensors", "0.1.0",
-     "Named arrays from NumPy .npy files and .safetensors files, memory-mapped", KILN_DATA_CONCURRENT_GET_BATCH}))
+    {kId, "Arrays from .npy, .npz and .safetensors", "0.1.0",
+     "Named arrays from NumPy .npy and .npz files and .safetensors files, memory-mapped",
+     KILN_DATA_CONCURRENT_GET_BATCH}))

@@ -31,6 +31,7 @@
 #include "distributed/restarts.hpp"
 #include "distributed/supervisor.hpp"
 #include "plugin/loader.hpp"
+#include "train/data_summary.hpp"
 #include "train/model_parameters.hpp"
 #include "train/trainer.hpp"
 #include "util/errors.hpp"
@@ -120,6 +121,9 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
     std::cout << "\nmodel summary (" << plugins.model.id() << ", as configured by the manifest):\n";
     for (const std::string& line : kiln::model_summary(kiln::inspect_model_parameters(plugins.model, m.model.config_toml)))
       std::cout << "  " << line << "\n";
+    // The data it reads: each split's size, a sample's tensors, its class list.
+    std::cout << "\ndata (" << plugins.data.id() << ", as configured by the manifest):\n";
+    for (const std::string& line : kiln::inspect_data(plugins.data, m.data.config_toml)) std::cout << "  " << line << "\n";
     return kiln::kExitOk;
   }
   std::cout << "plugin library " << std::filesystem::absolute(path).string() << "\n";

@@ -326,6 +326,18 @@ int state_read(const kiln_host* host, kiln_state_reader* reader, const char* key
   return 1;
 }
 
+kiln_error* run_file_write(const kiln_host* host, const char* name, const void* data, size_t size) noexcept {
+  assert_main_thread(host);
+  try {
+    if (name == nullptr || (data == nullptr && size > 0)) return make_error("run_file_write: NULL name or data");
+    const std::string refused = self(host).run()->write_run_file(
+        self(host).plugin_id(), name, std::string(static_cast<const char*>(data), size));
+    return refused.empty() ? nullptr : make_error("run_file_write('" + std::string(name) + "'): " + refused);
+  } catch (const std::exception& e) {
+    return make_error(std::string("run_file_write: ") + e.what());
+  }
+}
+
 }  // namespace
 
 PluginHost::PluginHost(std::string plugin_id, RunServices* run, bool sees_ranks)
@@ -357,6 +369,7 @@ PluginHost::PluginHost(std::string plugin_id, RunServices* run, bool sees_ranks)
   table_.error_new_code = &error_new_code;
   table_.log_metric_tensor = &log_metric_tensor;
   table_.collect = &collect;
+  table_.run_file_write = &run_file_write;
 }
 
 }  // namespace kiln

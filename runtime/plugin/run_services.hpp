@@ -32,6 +32,12 @@ class RunServices {
     (void)plugin_id, (void)main_thread, (void)name, (void)rows;
     return "collecting rows is not available here";
   }
+  // kiln_host.run_file_write: "" or why the file is refused. Where no run
+  // directory is written (kiln inspect), the file is accepted and dropped.
+  virtual std::string write_run_file(const std::string& plugin_id, const std::string& name, std::string bytes) {
+    (void)plugin_id, (void)name, (void)bytes;
+    return "";
+  }
 };
 
 }  // namespace kiln

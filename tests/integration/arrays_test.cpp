@@ -1,6 +1,7 @@
 // kiln_arrays (plugins/arrays): the same data written by NumPy as .npy files
-// (C and Fortran order) and by safetensors as one .safetensors file trains to
-// the same numbers, bit for bit; a held-out fraction is a seeded choice; and
+// (C and Fortran order), as .npz (stored and deflated) and by safetensors as
+// one .safetensors file trains to the same numbers, bit for bit; a held-out
+// fraction is a seeded choice, recorded in the run directory; and
 // each unusable file is one line naming it (and the key), exit 2, with
 // nothing written.
 #include <gtest/gtest.h>
@@ -34,6 +35,9 @@ np.save(f"{out}/f/x.npy", np.asfortranarray(x)); np.save(f"{out}/f/y.npy", y.ast
 np.save(f"{out}/test/x.npy", tx); np.save(f"{out}/test/y.npy", ty)
 save_file({"x": x, "y": y}, f"{out}/train.safetensors")
 save_file({"x": tx, "y": ty}, f"{out}/test.safetensors")
+np.savez(f"{out}/train_stored.npz", x=x, y=y)
+np.savez_compressed(f"{out}/train_deflated.npz", x=np.asfortranarray(x), y=y.astype(np.uint8))
+np.savez_compressed(f"{out}/test.npz", x=tx, y=ty)
 assert np.load(f"{out}/f/x.npy").flags.f_contiguous
 # The broken ones.
 np.save(f"{out}/bad/short_y.npy", y[:255])
@@ -44,6 +48,14 @@ whole = open(f"{out}/c/x.npy", "rb").read()
 open(f"{out}/bad/truncated.npy", "wb").write(whole[: len(whole) - 100])
 st = open(f"{out}/train.safetensors", "rb").read()
 open(f"{out}/bad/truncated.safetensors", "wb").write(st[: len(st) - 8])
+import io, zipfile
+with zipfile.ZipFile(f"{out}/bad/bzip2.npz", "w", compression=zipfile.ZIP_BZIP2) as z:
+    for k, v in (("x", x), ("y", y)):
+        b = io.BytesIO(); np.save(b, v); z.writestr(k + ".npy", b.getvalue())
+npz = bytearray(open(f"{out}/train_deflated.npz", "rb").read())
+open(f"{out}/bad/truncated.npz", "wb").write(bytes(npz[: len(npz) // 2]))
+npz[200] ^= 0x55  # inside x.npy's deflated bytes
+open(f"{out}/bad/damaged.npz", "wb").write(bytes(npz))
 print("written")
 )PY";
 
@@ -85,7 +97,11 @@ TEST(Arrays, NpyInEitherOrderAndSafetensorsTrainToTheSameNumbers) {
       {"npy_fortran", "train = [" + q(data / "f" / "x.npy") + ", " + q(data / "f" / "y.npy") + "]\n" + val_npy +
                           "input = \"x\"\ntarget = \"y\"\n"},
       {"safetensors", "train = " + q(data / "train.safetensors") + "\nval = " + q(data / "test.safetensors") +
-                          "\ninput = \"x\"\ntarget = \"y\"\n"}};
+                          "\ninput = \"x\"\ntarget = \"y\"\n"},
+      {"npz_stored", "train = " + q(data / "train_stored.npz") + "\nval = " + q(data / "test.npz") +
+                         "\ninput = \"x\"\ntarget = \"y\"\n"},
+      {"npz_deflated", "train = " + q(data / "train_deflated.npz") + "\nval = " + q(data / "test.npz") +
+                           "\ninput = \"x\"\ntarget = \"y\"\n"}};
   std::map<std::string, std::vector<std::map<std::string, double>>> logged;
   for (const auto& [name, lines] : forms) {
     const ProcessResult r = kiln({"fit", manifest(dir, name, lines).string()}, {.timeout = kTimeout});
@@ -96,6 +112,8 @@ TEST(Arrays, NpyInEitherOrderAndSafetensorsTrainToTheSameNumbers) {
   EXPECT_GE(last_value(logged["npy_c"], "val/acc"), 0.8) << "the classes are well apart";
   EXPECT_EQ(logged["npy_c"], logged["npy_fortran"]) << "a Fortran-order array is read in its logical order";
   EXPECT_EQ(logged["npy_c"], logged["safetensors"]) << "the same bytes through either format";
+  EXPECT_EQ(logged["npy_c"], logged["npz_stored"]) << "numpy.savez";
+  EXPECT_EQ(logged["npy_c"], logged["npz_deflated"]) << "numpy.savez_compressed (Fortran order, uint8 classes)";
 }
 
 // val_fraction holds out a seeded choice of train's rows: the same seed, the
@@ -117,6 +135,24 @@ TEST(Arrays, AHeldOutFractionIsASeededChoiceOfTrainsRows) {
   }
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_NE(runs[0], runs[2]);
+  // The rows each run held out, as NumPy reads them: a quarter of train's
+  // 256, sorted, disjoint from the rows trained on, the same for the same seed.
+  const std::string check = R"PY(
+import sys, numpy as np
+a, b, c = (sys.argv[i] + "/kiln.arrays/" for i in (1, 2, 3))
+val, train = np.load(a + "val_rows.npy"), np.load(a + "train_rows.npy")
+assert val.dtype == np.int64 and val.shape == (64,) and train.shape == (192,), (val.shape, train.shape)
+assert (np.diff(val) > 0).all() and (np.diff(train) > 0).all()
+assert np.array_equal(np.union1d(val, train), np.arange(256))
+assert np.array_equal(val, np.load(b + "val_rows.npy"))
+assert not np.array_equal(val, np.load(c + "val_rows.npy"))
+print("rows ok")
+)PY";
+  write_file(dir / "check_rows.py", check);
+  const ProcessResult r = run_process({check_python().string(), (dir / "check_rows.py").string(), (dir / "a").string(),
+                                       (dir / "b").string(), (dir / "c").string()},
+                                      {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 struct Refusal {
@@ -145,7 +181,12 @@ TEST(ArraysRefuse, EachBadFileWithOneLineNamingItExit2AndNothingWritten) {
        "objects.npy': holds Python objects"},
       {"structured", "train = [\"DATA/bad/fields.npy\"]\ninput = \"fields\"\ntarget = \"\"\n",
        "fields.npy': holds a structured array"},
-      {"not_a_format", "train = \"DATA/../make_data.py\"\ninput = \"x\"\n", "is neither .npy nor .safetensors"},
+      {"not_a_format", "train = \"DATA/../make_data.py\"\ninput = \"x\"\n", "is not .npy, .npz nor .safetensors"},
+      {"npz_bzip2", "train = \"DATA/bad/bzip2.npz\"\ninput = \"x\"\ntarget = \"y\"\n",
+       "bzip2.npz:x.npy': is compressed with zip method 12"},
+      {"npz_truncated", "train = \"DATA/bad/truncated.npz\"\ninput = \"x\"\ntarget = \"y\"\n",
+       "truncated.npz': is truncated or not a .npz file"},
+      {"npz_damaged", "train = \"DATA/bad/damaged.npz\"\ninput = \"x\"\ntarget = \"y\"\n", "damaged.npz:x.npy': "},
       {"both_val_keys", "train = \"DATA/train.safetensors\"\nval = \"DATA/test.safetensors\"\nval_fraction = 0.1\n"
                         "input = \"x\"\ntarget = \"y\"\n",
        "'val' and 'val_fraction' both name a validation split"}};
@@ -157,7 +198,7 @@ TEST(ArraysRefuse, EachBadFileWithOneLineNamingItExit2AndNothingWritten) {
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(refusal.expected), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
-    EXPECT_FALSE(std::filesystem::exists(dir / refusal.name / "metrics.csv")) << "nothing trained or logged";
+    EXPECT_FALSE(std::filesystem::exists(dir / refusal.name)) << "nothing written";
   }
 }
 

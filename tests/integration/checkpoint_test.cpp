@@ -241,13 +241,19 @@ TEST(CheckpointCrash, SigkillDuringWritesLeavesOnlyCommittedCheckpoints) {
   const char* trials_env = std::getenv("KILN_TEST_CRASH_TRIALS");
   const int trials = trials_env ? std::max(1, std::atoi(trials_env)) : 30;
   int killed_mid_write = 0;
+  const std::string marker = (dir / "trial-start").string(), checkpoints = ckpt_dir(dir).string();
   for (int trial = 0; trial < trials; ++trial) {
     const bool resume = std::filesystem::exists(ckpt_dir(dir) / "last.ckpt");
-    const std::string delay = std::to_string(0.9 + (rng() % 1600) / 1000.0);
-    // The child is killed by its own shell after a random delay.
-    const std::string command = "\"" + kiln_exe().string() + "\" fit \"" + m.string() + "\"" +
-                                (resume ? " --resume last" : "") + " & pid=$!; sleep " + delay +
-                                "; kill -KILL $pid; wait $pid; exit 0";
+    const std::string delay = std::to_string((rng() % 1200) / 1000.0);
+    // The child is killed by its own shell a random delay after this trial's
+    // first checkpoint is committed (a .ckpt newer than the trial's start),
+    // not after a fixed time: on a loaded machine start-up alone can take
+    // seconds. The wait for it is bounded (60 s) and ends if kiln exits.
+    const std::string command =
+        "touch \"" + marker + "\"; \"" + kiln_exe().string() + "\" fit \"" + m.string() + "\"" +
+        (resume ? " --resume last" : "") + " & pid=$!; i=0; while [ $i -lt 1200 ] && kill -0 $pid 2>/dev/null && " +
+        "[ -z \"$(find \"" + checkpoints + "\" -name '*.ckpt' -newer \"" + marker + "\" 2>/dev/null)\" ]; do " +
+        "sleep 0.05; i=$((i+1)); done; sleep " + delay + "; kill -KILL $pid; wait $pid; exit 0";
     const ProcessResult r = run_process({"/bin/sh", "-c", command}, {.timeout = kTimeout});
     ASSERT_FALSE(r.timed_out) << r.output;
     if (!std::filesystem::exists(ckpt_dir(dir))) continue;  // killed before the first checkpoint

@@ -2,6 +2,7 @@
 
 #include "train/loops/stop_condition.hpp"
 #include "train/run/epoch_collections.hpp"
+#include "train/run/run_files.hpp"
 #include "train/run/run_metrics.hpp"
 
 namespace kiln {
@@ -29,6 +30,10 @@ void PluginServices::request_stop(const std::string& plugin_id, const char* reas
 std::string PluginServices::collect(const std::string& plugin_id, bool main_thread, const char* name,
                                     const at::Tensor& rows) {
   return collections_.collect(plugin_id, main_thread, name, rows);
+}
+
+std::string PluginServices::write_run_file(const std::string& plugin_id, const std::string& name, std::string bytes) {
+  return files_.save(plugin_id, name, std::move(bytes));
 }
 
 }  // namespace kiln

@@ -1,7 +1,7 @@
 // What plugins reach through kiln_host (RunServices): their metrics go to
 // the run's metrics, their stop requests to the stop condition, and they
 // learn the process group's shape; their collected rows go to the epoch's
-// collections.
+// collections, their own files to the run directory.
 #pragma once
 
 #include "plugin/run_services.hpp"
@@ -9,14 +9,20 @@
 namespace kiln {
 
 class EpochCollections;
+class RunFiles;
 class RunMetrics;
 class StopCondition;
 
 class PluginServices final : public RunServices {
  public:
-  PluginServices(RunMetrics& metrics, StopCondition& stop, EpochCollections& collections, int32_t rank,
-                 int32_t world_size)
-      : metrics_(metrics), stop_(stop), collections_(collections), rank_(rank), world_size_(world_size) {}
+  PluginServices(RunMetrics& metrics, StopCondition& stop, EpochCollections& collections, RunFiles& files,
+                 int32_t rank, int32_t world_size)
+      : metrics_(metrics),
+        stop_(stop),
+        collections_(collections),
+        files_(files),
+        rank_(rank),
+        world_size_(world_size) {}
 
   void record_metric(const std::string& plugin_id, const char* name, double value, double weight,
                      uint32_t flags) override;
@@ -28,11 +34,13 @@ class PluginServices final : public RunServices {
   int32_t world_size() const override { return world_size_; }
   std::string collect(const std::string& plugin_id, bool main_thread, const char* name,
                       const at::Tensor& rows) override;
+  std::string write_run_file(const std::string& plugin_id, const std::string& name, std::string bytes) override;
 
  private:
   RunMetrics& metrics_;
   StopCondition& stop_;
   EpochCollections& collections_;
+  RunFiles& files_;
   int32_t rank_, world_size_;
 };
 

@@ -41,6 +41,7 @@
 #include "train/run/run_controller.hpp"
 #include "train/run/run_metrics.hpp"
 #include "train/run/run_settings.hpp"
+#include "train/run/run_files.hpp"
 #include "train/run/start_agreement.hpp"
 #include "train/sampled_batches.hpp"
 #include "util/durable_file.hpp"
@@ -158,7 +159,7 @@ class Run {
                      [this](const TrainPosition& at, RunMetrics::Unreduced unreduced) {
                        return checkpoints_->snapshot(at, std::move(unreduced));
                      });
-    services_.emplace(*metrics_, stop_, *collections_, rank(), world_size());
+    services_.emplace(*metrics_, stop_, *collections_, run_files_, rank(), world_size());
   }
 
   void create_plugins(RunPlugins plugins) {
@@ -296,6 +297,7 @@ class Run {
     else
       std::filesystem::create_directories(m_.run.dir);
     if (rank() == 0) loggers_.open();
+    run_files_.open(m_.run.dir, rank() == 0);
     if (settings_.checkpointing) checkpointer_->open();
   }
 
@@ -432,6 +434,7 @@ class Run {
   std::optional<Checkpointer> checkpointer_;
   std::optional<RunController> control_;
   std::optional<EpochCollections> collections_;
+  RunFiles run_files_;
   std::optional<PluginServices> services_;
   std::optional<RunCheckpoints> checkpoints_;
   // The plugins, through their proxies, and what the loops read.

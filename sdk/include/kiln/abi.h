@@ -1,5 +1,5 @@
 /*
- * kiln/abi.h — the kiln plugin ABI, version 1.2.
+ * kiln/abi.h — the kiln plugin ABI, version 1.3.
  *
  * This header is the only contract between the kiln host and its plugins.
  * It is plain C (C99 and C++17), includes only <stddef.h> and <stdint.h>, and
@@ -29,6 +29,8 @@
  *   metrics), kiln_model_hooks.on_epoch_end and
  *   kiln_callback_hooks.on_epoch_collected (the rows of every rank, at the
  *   end of an epoch).
+ * - 1.3 appended kiln_host.run_file_write (a plugin's own file in the run
+ *   directory: a held-out split's rows, a class list).
  * - A NULL function pointer means "not implemented": the host does the default
  *   (documented per hook) and the hook is listed as absent by `kiln inspect`.
  *
@@ -84,7 +86,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_VERSION_MAJOR 1
-#define KILN_ABI_VERSION_MINOR 2
+#define KILN_ABI_VERSION_MINOR 3
 
 /* The symbol every plugin shared object exports. */
 #define KILN_ENTRY_SYMBOL "kiln_plugin_entry"
@@ -357,6 +359,22 @@ typedef struct kiln_host {
    * host's. Check KILN_HAS_FIELD(host, kiln_host, collect) first: a 1.0 or
    * 1.1 host lacks it. */
   kiln_error* (*collect)(const struct kiln_host* host, const char* name, const kiln_tensor* rows);
+
+  /* --- ABI 1.3 ---------------------------------------------------------- */
+
+  /* [main-thread & created] (1.3) Saves `size` bytes of `data` (copied) as
+   * the file `name` in this plugin's folder of the run directory,
+   * <run.dir>/<plugin id>/<name>: what a person or a later command needs to
+   * know how the plugin read its input (the rows a seeded split held out, a
+   * class list). Only rank 0's file is written; the other ranks' calls are
+   * accepted. Nothing is written before the start-up agreement: a file saved
+   * earlier (in create or setup) is written then, and one saved later at
+   * once; each replaces the file atomically. Commands that write no run
+   * directory (kiln inspect) accept and drop it. `name`: 1 to 128 letters,
+   * digits, '.', '_' or '-', not beginning with '.'. Check
+   * KILN_HAS_FIELD(host, kiln_host, run_file_write) first: a 1.0 to 1.2
+   * host lacks it. */
+  kiln_error* (*run_file_write)(const struct kiln_host* host, const char* name, const void* data, size_t size);
 } kiln_host;
 
 /* ------------------------------------------------------------------------ */

@@ -95,6 +95,11 @@ class Host {
   // inside training_step, validation_step and test_step. Throws when the
   // host refuses the rows, or lacks collect (a 1.0 or 1.1 host).
   void collect(const std::string& name, const at::Tensor& rows) const;
+  // Saves `bytes` as <run.dir>/<plugin id>/<name> (ABI 1.3's
+  // run_file_write; rank 0's is written, after the start-up agreement).
+  // False, with nothing saved, in a host that lacks it (1.0 to 1.2); throws
+  // when the host refuses the name.
+  bool write_run_file(const std::string& name, const std::string& bytes) const;
 
   const kiln_host* raw() const { return host_; }
 
@@ -555,6 +560,12 @@ inline void Host::collect(const std::string& name, const at::Tensor& rows) const
                              std::to_string(host_->abi_major) + "." + std::to_string(host_->abi_minor));
   if (kiln_error* e = host_->collect(host_, name.c_str(), reinterpret_cast<const kiln_tensor*>(rows.unsafeGetTensorImpl())))
     throw HostError{e};
+}
+
+inline bool Host::write_run_file(const std::string& name, const std::string& bytes) const {
+  if (!KILN_HAS_FIELD(host_, kiln_host, run_file_write) || host_->run_file_write == nullptr) return false;
+  if (kiln_error* e = host_->run_file_write(host_, name.c_str(), bytes.data(), bytes.size())) throw HostError{e};
+  return true;
 }
 
 // The descriptor of plugin class T (a Model, DataModule or Callback). Storage
