@@ -1,5 +1,7 @@
 #include "array_file.hpp"
 
+#include "kiln_plugins/one_line.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,21 +22,7 @@ namespace kiln_arrays {
 namespace {
 
 // One line whatever the file holds: control characters as \xNN.
-std::string one_line(const std::string& text) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+using kiln_plugins::one_line;
 
 // Text taken from a file (a key, a dtype) as a message shows it: at most 64
 // characters of it.

@@ -105,15 +105,7 @@ class Arrays final : public kiln::DataModule {
     train_ = load(train_files_);
     val_ = val_files_.empty() ? Split{} : load(val_files_);
     test_ = test_files_.empty() ? Split{} : load(test_files_);
-    if (val_fraction_ > 0.0) {
-      const kiln_plugins::HeldOut held = kiln_plugins::hold_out(train_.length, val_fraction_, seed_);
-      val_ = train_;
-      val_.rows = held.val_rows;
-      val_.length = held.val_rows.numel();
-      train_.rows = held.train_rows;
-      train_.length = held.train_rows.numel();
-      kiln_plugins::record_held_out(host(), kId, held, val_fraction_, seed_);
-    }
+    if (val_fraction_ > 0.0) kiln_plugins::hold_out_val(host(), kId, train_, val_, val_fraction_, seed_);
   }
 
   void teardown(kiln::Stage, bool) override { train_ = val_ = test_ = Split{}; }

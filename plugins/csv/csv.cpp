@@ -99,15 +99,7 @@ class Csv final : public kiln::DataModule {
     } catch (const kiln_csv::CsvError& e) {
       throw kiln::InvalidInput(e.what());
     }
-    if (val_fraction_ > 0.0) {
-      const kiln_plugins::HeldOut held = kiln_plugins::hold_out(train_.length, val_fraction_, seed_);
-      val_ = train_;
-      val_.rows = held.val_rows;
-      val_.length = held.val_rows.numel();
-      train_.rows = held.train_rows;
-      train_.length = held.train_rows.numel();
-      kiln_plugins::record_held_out(host(), kId, held, val_fraction_, seed_);
-    }
+    if (val_fraction_ > 0.0) kiln_plugins::hold_out_val(host(), kId, train_, val_, val_fraction_, seed_);
   }
 
   void teardown(kiln::Stage, bool) override { train_ = val_ = test_ = Split{}; }

@@ -1,5 +1,7 @@
 #include "csv_table.hpp"
 
+#include "kiln_plugins/one_line.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -11,21 +13,7 @@ namespace kiln_csv {
 
 namespace {
 
-std::string one_line(const std::string& text) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+using kiln_plugins::one_line;
 
 }  // namespace
 

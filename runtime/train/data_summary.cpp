@@ -9,29 +9,13 @@
 #include "plugin/host_services.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "plugin/proxies.hpp"
-#include "plugin/run_services.hpp"
+#include "plugin/inspect_services.hpp"
 #include "train/loops/loop_parts.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {
 
 namespace {
-
-// One process, nothing kept but the files the module would write.
-class InspectDataServices final : public RunServices {
- public:
-  void record_metric(const std::string&, const char*, double, double, uint32_t) override {}
-  void record_metric_tensor(const std::string&, const char*, const at::Tensor&, double, uint32_t) override {}
-  bool metric(const char*, double*) const override { return false; }
-  void request_stop(const std::string&, const char*) override {}
-  int32_t rank() const override { return 0; }
-  int32_t world_size() const override { return 1; }
-  std::string write_run_file(const std::string& plugin_id, const std::string& name, std::string bytes) override {
-    files[plugin_id + "/" + name] = std::move(bytes);
-    return "";
-  }
-  std::map<std::string, std::string> files;
-};
 
 // PyTorch's names (torch.float32), which the people reading this know.
 std::string dtype_of(const at::Tensor& t) {
@@ -71,7 +55,7 @@ std::string file_text(const std::string& bytes) {
 }  // namespace
 
 std::vector<std::string> inspect_data(const LoadedPlugin& data, const std::string& config_toml) {
-  InspectDataServices services;
+  InspectServices services;
   PluginInstance instance(data, config_toml, &services);
   try {
     instance.create();

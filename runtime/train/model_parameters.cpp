@@ -3,26 +3,10 @@
 #include "ckpt/run_state.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "plugin/proxies.hpp"
-#include "plugin/run_services.hpp"
+#include "plugin/inspect_services.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {
-
-namespace {
-
-// What a model may ask of the host while it is only being looked at: one
-// process, no metrics kept, nothing to stop.
-class InspectServices final : public RunServices {
- public:
-  void record_metric(const std::string&, const char*, double, double, uint32_t) override {}
-  void record_metric_tensor(const std::string&, const char*, const at::Tensor&, double, uint32_t) override {}
-  bool metric(const char*, double*) const override { return false; }
-  void request_stop(const std::string&, const char*) override {}
-  int32_t rank() const override { return 0; }
-  int32_t world_size() const override { return 1; }
-};
-
-}  // namespace
 
 std::vector<ParameterInfo> parameter_infos(const NamedTensors& params) {
   std::vector<ParameterInfo> out;

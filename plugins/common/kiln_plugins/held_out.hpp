@@ -58,4 +58,18 @@ inline void record_held_out(const kiln::Host& host, const std::string& plugin_id
             (saved ? "); their row numbers: <run dir>/" + plugin_id + "/val_rows.npy" : ")"));
 }
 
+// Makes `val` the held-out rows of `train` (each a split with `rows` and
+// `length`, sharing train's data) and records them.
+template <class Split>
+void hold_out_val(const kiln::Host& host, const std::string& plugin_id, Split& train, Split& val, double fraction,
+                  uint64_t seed) {
+  const HeldOut held = hold_out(train.length, fraction, seed);
+  val = train;
+  val.rows = held.val_rows;
+  val.length = held.val_rows.numel();
+  train.rows = held.train_rows;
+  train.length = held.train_rows.numel();
+  record_held_out(host, plugin_id, held, fraction, seed);
+}
+
 }  // namespace kiln_plugins

@@ -1,0 +1,29 @@
+// What a plugin may ask of the host while `kiln inspect` only looks at it:
+// one process, no metrics kept, nothing to stop, and the files it would
+// write into the run directory kept here (to be shown), never written.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "plugin/run_services.hpp"
+
+namespace kiln {
+
+class InspectServices final : public RunServices {
+ public:
+  void record_metric(const std::string&, const char*, double, double, uint32_t) override {}
+  void record_metric_tensor(const std::string&, const char*, const at::Tensor&, double, uint32_t) override {}
+  bool metric(const char*, double*) const override { return false; }
+  void request_stop(const std::string&, const char*) override {}
+  int32_t rank() const override { return 0; }
+  int32_t world_size() const override { return 1; }
+  std::string write_run_file(const std::string& plugin_id, const std::string& name, std::string bytes) override {
+    files[plugin_id + "/" + name] = std::move(bytes);
+    return "";
+  }
+  std::map<std::string, std::string> files;  // "<plugin id>/<name>" -> bytes
+};
+
+}  // namespace kiln
