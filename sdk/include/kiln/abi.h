@@ -369,8 +369,8 @@ typedef struct kiln_host {
    * class list). Only rank 0's file is written; the other ranks' calls are
    * accepted. Nothing is written before the start-up agreement: a file saved
    * earlier (in create or setup) is written then, and one saved later at
-   * once; each replaces the file atomically. Commands that write no run
-   * directory (kiln inspect) accept and drop it. `name`: 1 to 128 letters,
+   * once; each replaces the file atomically. `kiln inspect`, which writes
+   * no run directory, accepts it, shows it and writes nothing. `name`: 1 to 128 letters,
    * digits, '.', '_' or '-', not beginning with '.'. Check
    * KILN_HAS_FIELD(host, kiln_host, run_file_write) first: a 1.0 to 1.2
    * host lacks it. */
