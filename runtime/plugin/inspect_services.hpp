@@ -1,4 +1,5 @@
-// What a plugin may ask of the host while `kiln inspect` only looks at it:
+// What a plugin may ask of the host while `kiln inspect` only looks at it
+// (and inspect_plugin, how it looks):
 // one process, no metrics kept, nothing to stop, and the files it would
 // write into the run directory kept here (to be shown), never written.
 #pragma once
@@ -7,7 +8,9 @@
 #include <string>
 #include <utility>
 
+#include "plugin/plugin_instance.hpp"
 #include "plugin/run_services.hpp"
+#include "util/errors.hpp"
 
 namespace kiln {
 
@@ -25,5 +28,31 @@ class InspectServices final : public RunServices {
   }
   std::map<std::string, std::string> files;  // "<plugin id>/<name>" -> bytes
 };
+
+// Creates `plugin` with these services, sets it up for fit, returns what
+// `look(instance, services)` returns, and tears it down (failed when `look`
+// threw). A refused configuration is the manifest's fault, an InputError
+// (exit 2), as in `kiln fit`.
+template <class Look>
+auto inspect_plugin(const LoadedPlugin& plugin, const std::string& config_toml, Look look) {
+  InspectServices services;
+  PluginInstance instance(plugin, config_toml, &services);
+  try {
+    instance.create();
+    instance.setup(KILN_STAGE_FIT);
+  } catch (const HookError& e) {
+    if (e.code() == KILN_ERROR_INVALID_ARGUMENT) throw InputError(e.what());
+    throw;
+  }
+  decltype(look(instance, services)) out;
+  try {
+    out = look(instance, services);
+  } catch (...) {
+    instance.teardown(KILN_STAGE_FIT, true);
+    throw;
+  }
+  instance.teardown(KILN_STAGE_FIT, false);
+  return out;
+}
 
 }  // namespace kiln

@@ -55,17 +55,8 @@ std::string file_text(const std::string& bytes) {
 }  // namespace
 
 std::vector<std::string> inspect_data(const LoadedPlugin& data, const std::string& config_toml) {
-  InspectServices services;
-  PluginInstance instance(data, config_toml, &services);
-  try {
-    instance.create();
-    instance.setup(KILN_STAGE_FIT);
-  } catch (const HookError& e) {
-    if (e.code() == KILN_ERROR_INVALID_ARGUMENT) throw InputError(e.what());
-    throw;
-  }
-  std::vector<std::string> lines;
-  try {
+  return inspect_plugin(data, config_toml, [&](PluginInstance& instance, InspectServices& services) {
+    std::vector<std::string> lines;
     DataModuleProxy proxy(instance);
     std::vector<std::pair<kiln_split, int64_t>> sizes;
     for (const kiln_split split : {KILN_SPLIT_TRAIN, KILN_SPLIT_VAL, KILN_SPLIT_TEST}) {
@@ -85,12 +76,8 @@ std::vector<std::string> inspect_data(const LoadedPlugin& data, const std::strin
       break;
     }
     for (const auto& [name, bytes] : services.files) lines.push_back("run file " + name + ": " + file_text(bytes));
-  } catch (...) {
-    instance.teardown(KILN_STAGE_FIT, true);
-    throw;
-  }
-  instance.teardown(KILN_STAGE_FIT, false);
-  return lines;
+    return lines;
+  });
 }
 
 }  // namespace kiln

@@ -18,25 +18,9 @@ std::vector<ParameterInfo> parameter_infos(const NamedTensors& params) {
 }
 
 std::vector<ParameterInfo> inspect_model_parameters(const LoadedPlugin& model, const std::string& config_toml) {
-  InspectServices services;
-  PluginInstance instance(model, config_toml, &services);
-  try {
-    instance.create();
-    instance.setup(KILN_STAGE_FIT);
-  } catch (const HookError& e) {
-    // A refused configuration is the manifest's fault, as in `kiln fit`.
-    if (e.code() == KILN_ERROR_INVALID_ARGUMENT) throw InputError(e.what());
-    throw;
-  }
-  std::vector<ParameterInfo> out;
-  try {
-    out = parameter_infos(ModelProxy(instance, nullptr).parameters().params);
-  } catch (...) {
-    instance.teardown(KILN_STAGE_FIT, true);
-    throw;
-  }
-  instance.teardown(KILN_STAGE_FIT, false);
-  return out;
+  return inspect_plugin(model, config_toml, [](PluginInstance& instance, InspectServices&) {
+    return parameter_infos(ModelProxy(instance, nullptr).parameters().params);
+  });
 }
 
 }  // namespace kiln
