@@ -31,7 +31,7 @@ TORCH_WHEEL_VERSION=2.14.1
 TORCH_VENV=${KILN_TORCH_VENV:-.venv-torch}
 TORCH=debian
 # The readers tests check kiln's files with (never used by kiln itself).
-CHECK_PIP=(tensorboard==2.21.0 safetensors==0.8.0)
+CHECK_PIP=(tensorboard==2.21.0 safetensors==0.8.0 pillow==12.3.0)
 CHECK_VENV=${KILN_CHECK_VENV:-.venv-check}
 
 install_missing() {
@@ -85,12 +85,14 @@ install_check_python() {
   else
     # scikit-learn: the reference the metrics library and whole-split
     # metrics are checked against (docs/metrics.md).
-    PACKAGES+=(python3-torch python3-venv python3-sklearn)
+    # python3-torchvision: the reference for kiln_image_folder's transforms.
+    PACKAGES+=(python3-torch python3-venv python3-sklearn python3-torchvision)
     install_missing
     py="$CHECK_VENV/bin/python"
     [ -x "$py" ] || /usr/bin/python3 -m venv --system-site-packages "$CHECK_VENV"
   fi
-  if ! "$py" -c "import tensorboard, safetensors, torch, sklearn" 2>/dev/null; then
+  # Pillow pinned: the images' reference decodes and resizes (tests/images).
+  if ! "$py" -c "import tensorboard, safetensors, torch, sklearn, PIL; assert PIL.__version__ == '12.3.0'" 2>/dev/null; then
     local pip=("${CHECK_PIP[@]}")
     # The wheel's venv does not see Debian's python3-sklearn.
     [ "$TORCH" = wheel ] && pip+=(scikit-learn==1.5.2)

@@ -141,7 +141,12 @@ fi
 if wants suite; then
   export KILN_TEST_FASHION_MNIST=$data
   run_logged "$out/build.log" "${kiln_env[@]}" cmake --build "$build" -j"$(nproc)" || { say "gpu.sh: build of the suite failed"; exit 1; }
-  run_logged "$out/ctest.log" "${kiln_env[@]}" ctest --test-dir "$build" -j"$(( $(nproc) * 3 / 4 ))" --timeout 300 --output-on-failure || tests_failed=1
+  # The char-LM accuracy test needs Debian's `bible` program (bible-kjv),
+  # which a .deb cannot bring to this machine's distribution: it is left out
+  # here, by name, and runs on the development machine and in CI.
+  exclude=()
+  command -v bible >/dev/null || { exclude=(-E 'accuracy\.CharLm'); say "suite: accuracy.CharLm left out (no 'bible' program from bible-kjv here)"; }
+  run_logged "$out/ctest.log" "${kiln_env[@]}" ctest --test-dir "$build" -j"$(( $(nproc) * 3 / 4 ))" --timeout 300 --output-on-failure "${exclude[@]}" || tests_failed=1
   grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -2 | tee -a "$summary"
 fi
 

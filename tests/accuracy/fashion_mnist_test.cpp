@@ -9,7 +9,7 @@ namespace kiln::test {
 namespace {
 
 ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string> extra) {
-  std::vector<std::string> args{"fit", manifest.string()};
+  std::vector<std::string> args{"fit", manifest.string(), "--set", "data.root=" + fashion_mnist_root().string()};
   args.insert(args.end(), extra.begin(), extra.end());
   return kiln(args, {.timeout = std::chrono::seconds(1500)});
 }

@@ -19,9 +19,7 @@ namespace kiln::test {
 namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(120);
-// Debian's dataset-fashion-mnist; bench/gpu.sh names its unpacked copy.
-const std::filesystem::path kFashionMnist =
-    std::getenv("KILN_TEST_FASHION_MNIST") ? std::getenv("KILN_TEST_FASHION_MNIST") : "/usr/share/datasets/fashion-mnist";
+const std::filesystem::path kFashionMnist = fashion_mnist_root();
 
 std::string bytes_of(const std::filesystem::path& file) { return read_file(file); }
 void put_bytes(const std::filesystem::path& file, const std::string& bytes) {

@@ -99,6 +99,10 @@ std::filesystem::path kiln_exe() { return KILN_TEST_EXE; }
 std::filesystem::path plugin_dir() { return KILN_TEST_PLUGIN_DIR; }
 std::filesystem::path test_plugin_dir() { return KILN_TEST_TEST_PLUGIN_DIR; }
 std::filesystem::path source_dir() { return KILN_TEST_SOURCE_DIR; }
+std::filesystem::path fashion_mnist_root() {
+  const char* root = std::getenv("KILN_TEST_FASHION_MNIST");
+  return root && *root ? root : "/usr/share/datasets/fashion-mnist";
+}
 std::filesystem::path check_python() { return KILN_TEST_CHECK_PYTHON; }
 
 ProcessResult kiln(const std::vector<std::string>& args, const ProcessOptions& options) {

@@ -56,6 +56,9 @@ std::filesystem::path kiln_exe();
 std::filesystem::path plugin_dir();       // shipped plugins
 std::filesystem::path test_plugin_dir();  // plugins built only for tests
 std::filesystem::path source_dir();
+// Debian's dataset-fashion-mnist, or the copy KILN_TEST_FASHION_MNIST names
+// (bench/gpu.sh sets it to the one it unpacked on a machine without Debian).
+std::filesystem::path fashion_mnist_root();
 
 // The Python that checks kiln's files with the readers people use
 // (tensorboard, safetensors, torch): set by ./go (KILN_CHECK_PYTHON);
