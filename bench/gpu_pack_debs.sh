@@ -27,6 +27,8 @@ packages=(
   libxxhash-dev libxxhash0
   # the IDX reader (ZLIB::ZLIB); zlib1g for the library that libz.so points at
   zlib1g-dev zlib1g
+  # kiln_image_folder's decoders, with the libraries their .so links point at
+  libjpeg62-turbo-dev libjpeg62-turbo libpng-dev libpng16-16
   # the tests: static libgtest.a / libgtest_main.a and the CMake package
   libgtest-dev
   # the data: /usr/share/datasets/fashion-mnist/*.gz

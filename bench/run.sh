@@ -3,7 +3,7 @@
 # (shared/bench-definition.md), alternating the two in one run (the side that
 # goes first swaps every round) and quoting medians. kiln runs with its
 # defaults on: progress lines, metrics.csv, a checkpoint each epoch
-# (bench/mlp*.toml), trainer.prefetch = auto.
+# (bench/mlp*.toml), trainer.data_workers = auto.
 # Usage: bench/run.sh [rounds] [threads...]   (default: 3 rounds, 1 2)
 # Run it on an otherwise idle machine; timings are not tests.
 set -euo pipefail
@@ -47,7 +47,7 @@ for model in mlp256 mlp32; do
         grep -E 'epoch 2 batch' "$out/kiln.log" | tail -1 | sed 's/.*info /  kiln: last /'
         grep -E '^\S+ info test:' "$out/kiln.log" | sed 's/.*info /  kiln: /'
         grep -E 'BLAS' "$out/kiln.log" | sed 's/.*BLAS /  BLAS: /; s/, run dir.*//'
-        grep -E 'trainer.prefetch = auto' "$out/kiln.log" | sed 's/.*info /  kiln: /' || true
+        grep -E 'trainer.data_workers = auto' "$out/kiln.log" | sed 's/.*info /  kiln: /' || true
       fi
     done
     hand_s=$(median <"$out/hand.$model.$t")

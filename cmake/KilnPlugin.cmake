@@ -29,6 +29,10 @@ function(kiln_add_plugin name)
     endif()
     target_link_libraries(${name} PRIVATE Kiln::sdk)
     target_compile_features(${name} PRIVATE cxx_std_17)
+    # Inside kiln's own build (KILN_PCH), one precompiled <torch/torch.h>.
+    if(TARGET kiln_plugin_pch)
+      target_precompile_headers(${name} REUSE_FROM kiln_plugin_pch)
+    endif()
   endif()
   # Fail at link time, not at load time, on an unresolved symbol.
   target_link_options(${name} PRIVATE -Wl,--no-undefined)

@@ -461,6 +461,9 @@ static const kiln_data_hooks data_hooks = {
     NULL, /* prepare_data: nothing to download */
     blobs_length,
     blobs_get_batch,
+#if KILN_ABI_VERSION_MINOR >= 4 /* built against 1.0's header too (tests/abi/v1_0) */
+    NULL, /* get_batch_seeded (1.4): nothing random here */
+#endif
 };
 
 static const kiln_descriptor descriptor = {

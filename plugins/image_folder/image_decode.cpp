@@ -15,20 +15,16 @@ namespace kiln_image {
 
 namespace {
 
-// Larger images are refused before any pixel is allocated: a header can
-// claim 65535 x 65535 in a file of a few hundred bytes.
-constexpr uint64_t kMaxPixels = uint64_t{1} << 28;
-
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
   throw ImageError("'" + kiln_plugins::one_line(name) + "': " + what);
 }
 
-void check_size(const std::string& name, uint64_t width, uint64_t height) {
+void check_size(const std::string& name, uint64_t width, uint64_t height, uint64_t max_pixels) {
   if (width == 0 || height == 0) fail(name, "the image has no pixels (" + std::to_string(width) + "x" +
                                                 std::to_string(height) + ")");
-  if (width * height > kMaxPixels)
+  if (width * height > max_pixels)
     fail(name, "the image is " + std::to_string(width) + "x" + std::to_string(height) + ", over the " +
-                   std::to_string(kMaxPixels) + " pixels kiln_image_folder decodes");
+                   std::to_string(max_pixels) + " pixels kiln_image_folder decodes (PIL's decompression-bomb limit)");
 }
 
 // --- JPEG ---------------------------------------------------------------------
@@ -66,7 +62,7 @@ struct JpegHeader {
 };
 
 // 0 on success; else errors.message says why. `pixels` is resized here.
-int decode_jpeg_frame(const uint8_t* data, size_t size, std::vector<uint8_t>* pixels,
+int decode_jpeg_frame(const uint8_t* data, size_t size, uint64_t max_pixels, std::vector<uint8_t>* pixels,
                       JpegHeader* header, JpegErrors* errors) {
   jpeg_decompress_struct cinfo;
   cinfo.err = jpeg_std_error(&errors->mgr);
@@ -90,7 +86,7 @@ int decode_jpeg_frame(const uint8_t* data, size_t size, std::vector<uint8_t>* pi
   header->width = static_cast<int>(cinfo.output_width);
   header->height = static_cast<int>(cinfo.output_height);
   header->channels = cinfo.output_components;
-  if (uint64_t{cinfo.output_width} * cinfo.output_height > kMaxPixels || cinfo.output_width == 0) {
+  if (uint64_t{cinfo.output_width} * cinfo.output_height > max_pixels || cinfo.output_width == 0) {
     jpeg_destroy_decompress(&cinfo);
     return 0;  // the caller refuses the size
   }
@@ -105,14 +101,14 @@ int decode_jpeg_frame(const uint8_t* data, size_t size, std::vector<uint8_t>* pi
   return 0;
 }
 
-Image decode_jpeg(const std::string& bytes, const std::string& name) {
+Image decode_jpeg(const std::string& bytes, const std::string& name, uint64_t max_pixels) {
   Image image;
   JpegHeader header;
   JpegErrors errors;
-  if (decode_jpeg_frame(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &image.pixels, &header, &errors) != 0)
+  if (decode_jpeg_frame(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), max_pixels, &image.pixels, &header, &errors) != 0)
     fail(name, std::string("not a readable JPEG: ") + errors.message);
   if (header.cmyk) fail(name, "a CMYK JPEG: kiln_image_folder reads greyscale and RGB JPEGs; convert it to RGB");
-  check_size(name, static_cast<uint64_t>(header.width), static_cast<uint64_t>(header.height));
+  check_size(name, static_cast<uint64_t>(header.width), static_cast<uint64_t>(header.height), max_pixels);
   image.width = header.width;
   image.height = header.height;
   image.channels = header.channels;
@@ -149,8 +145,8 @@ struct PngHeader {
   int channels = 0;
 };
 
-int decode_png_frame(PngSource* source, std::vector<uint8_t>* pixels, std::vector<png_bytep>* rows,
-                     PngHeader* header) {
+int decode_png_frame(PngSource* source, uint64_t max_pixels, std::vector<uint8_t>* pixels,
+                     std::vector<png_bytep>* rows, PngHeader* header) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, source, png_on_error, png_on_warning);
   if (!png) {
     std::snprintf(source->message, sizeof source->message, "out of memory");
@@ -162,13 +158,12 @@ int decode_png_frame(PngSource* source, std::vector<uint8_t>* pixels, std::vecto
     return 1;
   }
   png_set_read_fn(png, source, png_read_from_memory);
-  // PIL checks no size limit of its own beyond its decompression-bomb
-  // warning; ours is kMaxPixels, checked below before allocating.
+  // The size limit is max_pixels, checked below before allocating.
   png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
   png_read_info(png, info);
   header->width = png_get_image_width(png, info);
   header->height = png_get_image_height(png, info);
-  if (uint64_t{header->width} * header->height > kMaxPixels || header->width == 0 || header->height == 0) {
+  if (uint64_t{header->width} * header->height > max_pixels || header->width == 0 || header->height == 0) {
     png_destroy_read_struct(&png, &info, nullptr);
     return 0;  // the caller refuses the size
   }
@@ -195,14 +190,14 @@ int decode_png_frame(PngSource* source, std::vector<uint8_t>* pixels, std::vecto
   return 0;
 }
 
-Image decode_png(const std::string& bytes, const std::string& name) {
+Image decode_png(const std::string& bytes, const std::string& name, uint64_t max_pixels) {
   PngSource source{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0, {0}};
   Image image;
   std::vector<png_bytep> rows;
   PngHeader header;
-  if (decode_png_frame(&source, &image.pixels, &rows, &header) != 0)
+  if (decode_png_frame(&source, max_pixels, &image.pixels, &rows, &header) != 0)
     fail(name, std::string("not a readable PNG: ") + source.message);
-  check_size(name, header.width, header.height);
+  check_size(name, header.width, header.height, max_pixels);
   image.width = static_cast<int>(header.width);
   image.height = static_cast<int>(header.height);
   image.channels = header.channels;
@@ -237,12 +232,12 @@ Image convert_channels(Image in, int channels) {
   return out;
 }
 
-Image decode_image(const std::string& bytes, const std::string& name, int channels) {
+Image decode_image(const std::string& bytes, const std::string& name, int channels, uint64_t max_pixels) {
   Image image;
   if (starts_with(bytes, "\xff\xd8\xff", 3)) {
-    image = decode_jpeg(bytes, name);
+    image = decode_jpeg(bytes, name, max_pixels);
   } else if (starts_with(bytes, "\x89PNG\r\n\x1a\n", 8)) {
-    image = decode_png(bytes, name);
+    image = decode_png(bytes, name, max_pixels);
   } else if (bytes.empty()) {
     fail(name, "the file is empty");
   } else {

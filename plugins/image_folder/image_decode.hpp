@@ -10,6 +10,7 @@
 // The format comes from the file's first bytes, not its name.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "image.hpp"
@@ -19,8 +20,12 @@ namespace kiln_image {
 // `bytes` is the whole file; `name` only names it in errors. `channels`: 1
 // (PIL's "L": 0.299 R + 0.587 G + 0.114 B in PIL's fixed point), 3 ("RGB")
 // or 4 ("RGBA"); alpha is dropped, never composited, as PIL's convert does.
-// Throws ImageError.
-Image decode_image(const std::string& bytes, const std::string& name, int channels);
+// Throws ImageError, also for an image of more than `max_pixels` (checked
+// from the header, before any pixel is allocated: a header can claim
+// 65535 x 65535 in a file of a few hundred bytes). The default is PIL's
+// decompression-bomb limit (2 x Image.MAX_IMAGE_PIXELS).
+constexpr uint64_t kMaxPixels = 178956970;
+Image decode_image(const std::string& bytes, const std::string& name, int channels, uint64_t max_pixels = kMaxPixels);
 
 // The image's channels as PIL's convert would give `channels` (1, 3 or 4).
 Image convert_channels(Image image, int channels);

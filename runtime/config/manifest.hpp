@@ -33,6 +33,12 @@ struct PluginSpec {
 
 // A count or a fraction, like Lightning's limit_*_batches: an integer is a
 // number of batches, a float in (0, 1] a fraction of the split.
+// A count or "auto" (trainer.data_workers, trainer.prefetch_batches).
+struct CountOrAuto {
+  int64_t value = -1;  // -1 = auto
+  bool is_auto() const { return value < 0; }
+};
+
 struct BatchLimit {
   bool is_fraction = true;
   double fraction = 1.0;
@@ -64,9 +70,8 @@ struct TrainerConfig {
   int64_t fast_dev_run = 0;         // N > 0: N batches of train/val/test, 1 epoch, no checkpoints
   bool shuffle = true;
   bool drop_last = false;
-  PrefetchPolicy prefetch = PrefetchPolicy::automatic;  // get_batch on a thread, inline, or measured
-  int prefetch_threads = 1;         // threads calling get_batch
-  int prefetch_depth = 4;           // batches in flight
+  CountOrAuto data_workers;         // threads calling get_batch; 0 = inline (train/data_workers.hpp)
+  CountOrAuto prefetch_batches;     // batches in flight; auto = twice the workers, at least 4
   int64_t log_every_n_steps = 50;
   ProgressMode progress = ProgressMode::automatic;
   bool test_after_fit = false;      // run the test split at the end of `kiln fit`

@@ -20,6 +20,7 @@ std::string type_text(const KeySchema& k) {
     case ValueKind::choice: return "string";
     case ValueKind::batch_limit: return "integer or float";
     case ValueKind::flag_or_count: return "boolean or integer";
+    case ValueKind::count_or_auto: return "integer or string";
     case ValueKind::betas: return "array of 2 numbers";
     case ValueKind::choice_list: return "array of strings";
     case ValueKind::patterns: return "array of strings";
@@ -49,6 +50,8 @@ std::string allowed_text(const KeySchema& k) {
     }
     case ValueKind::batch_limit: return "an integer >= 0 (batches) or a float in [0.0, 1.0] (a fraction)";
     case ValueKind::flag_or_count: return "`true` (= 1), `false` (= 0) or an integer >= 0";
+    case ValueKind::count_or_auto:
+      return "`\"auto\"` or an integer " + std::to_string(k.int_min.value_or(0)) + " to " + std::to_string(k.int_max.value_or(0));
     case ValueKind::betas: return "each in [0, 1)";
     case ValueKind::patterns: return "at least one; none empty";
   }

@@ -114,15 +114,17 @@ void declare_trainer_loop_keys(TableDeclaration<TrainerConfig>& trainer) {
 void declare_trainer_output_keys(TableDeclaration<TrainerConfig>& trainer) {
   trainer.key("shuffle", &TrainerConfig::shuffle, "a new sample order each epoch (from run.seed and the epoch)");
   trainer.key("drop_last", &TrainerConfig::drop_last, "drop the last training batch when it is short");
-  trainer.key("prefetch", &TrainerConfig::prefetch,
-              "how get_batch runs: `thread` on prefetch threads ahead of the step; `inline` on the main thread "
-              "just before the step; `auto`: on the CPU, `inline` when the intra-op threads fill the cores (each "
-              "rank's share of them); else, in one process, a trial early in the first epoch times both and keeps "
-              "the faster, and with several processes `thread` when the prefetch threads fit beside the intra-op "
-              "threads in the rank's share, else `inline`; on a GPU `thread`");
-  trainer.key("prefetch_threads", &TrainerConfig::prefetch_threads, "host threads calling the data module's get_batch")
-      .between(1, 1024);
-  trainer.key("prefetch_depth", &TrainerConfig::prefetch_depth, "batches in flight ahead of the step")
+  trainer.key("data_workers", &TrainerConfig::data_workers,
+              "host threads calling the data module's get_batch, batches reaching the step in sampler order; 0: "
+              "inline on the main thread just before each step. `auto` (one log line says what it chose and why): "
+              "one thread for a data module that does not declare concurrent get_batch; on a GPU one per core of "
+              "the rank's share but one, at most 8; on the CPU the cores the intra-op threads leave over, at most "
+              "8, none left: inline, and in one process a trial early in epoch 0 times inline against them and "
+              "keeps the faster (docs/data.md)")
+      .between(0, 1024);
+  trainer.key("prefetch_batches", &TrainerConfig::prefetch_batches,
+              "batches in flight ahead of the step (a bounded queue: the memory of the batches the workers hold); "
+              "`auto`: twice the workers, at least 4")
       .between(1, 65536);
   trainer.key("log_every_n_steps", &TrainerConfig::log_every_n_steps, "progress lines, and the loggers' step rows (docs/logging.md), every N optimizer steps")
       .at_least(1);
@@ -387,6 +389,20 @@ const std::vector<std::string>& optimizer_option_keys(OptimizerName name) {
 const std::vector<KeySchema>& plugin_host_keys() {
   static const std::vector<KeySchema> keys = declare_plugin_host_keys();
   return keys;
+}
+
+std::string renamed_key_hint(const std::string& table, const std::string& key) {
+  struct Renamed {
+    const char *table, *key, *hint;
+  };
+  static const Renamed kRenamed[] = {
+      {"trainer", "prefetch", "trainer.data_workers: 0 for inline, a count of threads, or \"auto\""},
+      {"trainer", "prefetch_threads", "trainer.data_workers"},
+      {"trainer", "prefetch_depth", "trainer.prefetch_batches"},
+  };
+  for (const Renamed& r : kRenamed)
+    if (table == r.table && key == r.key) return std::string(" (renamed: use ") + r.hint + ")";
+  return "";
 }
 
 }  // namespace kiln

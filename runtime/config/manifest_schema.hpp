@@ -40,6 +40,7 @@ enum class ValueKind {
   betas,          // [beta1, beta2], each a number in [0, 1) (optimizer.betas)
   choice_list,    // an array of distinct strings out of a closed set (logging.loggers)
   patterns,       // a non-empty array of non-empty strings (optimizer.groups[i].match)
+  count_or_auto,  // "auto" (-1) or an integer >= 0 (trainer.data_workers)
 };
 
 // The index of a name in a closed set.
@@ -98,6 +99,9 @@ struct TableSchema {
 // tables right after the table that holds it).
 const std::vector<TableSchema>& manifest_schema();
 const TableSchema* find_table_schema(const std::string& table);
+// A key an earlier kiln read, now named otherwise: what to write instead
+// (" (renamed: ...)"), or empty.
+std::string renamed_key_hint(const std::string& table, const std::string& key);
 const KeySchema* find_key_schema(const std::string& table, const std::string& key);
 
 // A float as the schema shows it: the shortest text that reads back as the

@@ -135,7 +135,8 @@ class Validator {
         continue;
       }
       if (!spec) {
-        std::string hint = detail::did_you_mean_choice(name, known);
+        std::string hint = renamed_key_hint(schema.name, name);
+        if (hint.empty()) hint = detail::did_you_mean_choice(name, known);
         if (hint.empty()) {
           const std::string owner = owner_of(name, schema.name);
           hint = owner.empty() ? " (known keys: " + join(known, ", ") + ")" : " (it belongs in [" + owner + "])";

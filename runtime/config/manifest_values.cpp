@@ -240,6 +240,18 @@ SchemaValue batch_limit_value(const Field& f) {
   f.wrong_type("an integer (a number of batches) or a float in [0.0, 1.0] (a fraction)", toml::node_type::integer);
 }
 
+// "auto" = -1 (trainer.data_workers).
+SchemaValue count_or_auto_value(const KeySchema& k, const Field& f) {
+  if (const auto* s = f.node.as_string()) {
+    if (s->get() == "auto") return int64_t{-1};
+    const std::string& v = s->get();
+    const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+    f.fail(f.name() + " must be \"auto\" or an integer, not '" + v + "'" + (digits ? " (write " + v + " without quotes)" : ""));
+  }
+  if (!f.node.is_integer()) f.wrong_type("\"auto\" or an integer", toml::node_type::integer);
+  return integer_value(k, f);
+}
+
 // true = 1 (trainer.fast_dev_run).
 SchemaValue flag_or_count_value(const Field& f) {
   if (const auto* b = f.node.as_boolean()) return int64_t{b->get() ? 1 : 0};
@@ -309,6 +321,7 @@ SchemaValue checked_value(const KeySchema& k, const Field& f) {
     case ValueKind::choice: return choice_value(k, f);
     case ValueKind::batch_limit: return batch_limit_value(f);
     case ValueKind::flag_or_count: return flag_or_count_value(f);
+    case ValueKind::count_or_auto: return count_or_auto_value(k, f);
     case ValueKind::betas: return betas_value(f);
     case ValueKind::choice_list: return choice_list_value(k, f);
     case ValueKind::patterns: return patterns_value(f);

@@ -18,9 +18,6 @@ namespace kiln {
 enum class LogLevel { debug, info, warn, error };
 enum class GradientClipAlgorithm { norm, value };
 enum class ProgressMode { automatic, bar, lines, none };
-// How training batches reach the step: gathered on a prefetch thread, on the
-// main thread just before the step, or whichever a short trial measures faster.
-enum class PrefetchPolicy { automatic, thread, inline_ };
 enum class OptimizerName { sgd, adam, adamw, rmsprop, adagrad };
 enum class SchedulerName { none, step, cosine, linear_warmup };
 enum class SchedulerInterval { epoch, step };
@@ -51,10 +48,6 @@ struct OptionNames<GradientClipAlgorithm> {
 template <>
 struct OptionNames<ProgressMode> {
   static constexpr std::array<const char*, 4> names{"auto", "bar", "lines", "none"};
-};
-template <>
-struct OptionNames<PrefetchPolicy> {
-  static constexpr std::array<const char*, 3> names{"auto", "thread", "inline"};
 };
 template <>
 struct OptionNames<OptimizerName> {

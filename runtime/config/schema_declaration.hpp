@@ -89,6 +89,13 @@ struct MemberType<std::vector<std::string>> {  // patterns; .choices() makes it 
     return "[" + out + "]";
   }
 };
+template <>
+struct MemberType<CountOrAuto> {
+  static constexpr ValueKind kind = ValueKind::count_or_auto;
+  static CountOrAuto from(const SchemaValue& v) { return CountOrAuto{std::get<int64_t>(v)}; }
+  static std::string show(const CountOrAuto& v) { return v.is_auto() ? quoted("auto") : std::to_string(v.value); }
+};
+
 // An option a group may leave to [optimizer]: absent until set.
 template <class T>
 struct MemberType<std::optional<T>> {

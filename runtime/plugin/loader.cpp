@@ -342,6 +342,8 @@ PluginReport describe_plugin(const kiln_descriptor& d, const kiln_entry& entry) 
     add("prepare_data", reinterpret_cast<const void*>(h.prepare_data));
     add("length", reinterpret_cast<const void*>(h.length));
     add("get_batch", reinterpret_cast<const void*>(h.get_batch));
+    if (KILN_HAS_FIELD(&h, kiln_data_hooks, get_batch_seeded))
+      add("get_batch_seeded", reinterpret_cast<const void*>(h.get_batch_seeded));
   } else {
     const auto& h = *static_cast<const kiln_callback_hooks*>(d.hooks);
     add("on_fit_start", reinterpret_cast<const void*>(h.on_fit_start));

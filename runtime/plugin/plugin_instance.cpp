@@ -26,14 +26,14 @@ PluginInstance::PluginInstance(LoadedPlugin plugin, std::string config_toml, Run
 
 PluginInstance::~PluginInstance() { destroy(); }
 
-void PluginInstance::check(kiln_error* error, const char* hook) const {
+void PluginInstance::check(kiln_error* error, const char* hook, const std::string& context) const {
   if (error == nullptr) return;
   kiln_error_code code = KILN_ERROR_UNKNOWN;
   const std::string full = take_error(error, &code);
   // One line: a multi-line message would break the report, and a LibTorch
   // error raised inside the plugin carries a C++ backtrace (kept for debug).
   if (full.find('\n') != std::string::npos) spdlog::debug("[{}] {}: {}", id_, hook, full);
-  throw HookError(id_, plugin_.slot, hook, one_line(full), code);
+  throw HookError(id_, plugin_.slot, hook, one_line(full) + context, code);
 }
 
 void PluginInstance::create() {

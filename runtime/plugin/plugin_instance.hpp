@@ -49,7 +49,8 @@ class PluginInstance {
   bool torn_down() const { return torn_down_; }
 
   // Throws HookError for `hook` when `error` is non-NULL (taking the error).
-  void check(kiln_error* error, const char* hook) const;
+  // `context` follows the plugin's message (which batch a get_batch built).
+  void check(kiln_error* error, const char* hook, const std::string& context = "") const;
 
   // What a host thread calling into the plugin outside the main thread (a
   // prefetch thread) holds, so that abandoning it on a failure can never

@@ -25,24 +25,12 @@ FetchMode unmeasured_mode(int intra_op_threads, int prefetch_threads, int cores)
 AutoStart auto_start(int intra_op_threads, int prefetch_threads, int cores, int world_size) {
   const int ranks = std::max(1, world_size);
   const int share = std::max(1, cores / ranks);
-  if (intra_op_threads >= share) {
-    std::string log;
-    if (ranks == 1) {
-      char line[256];
-      std::snprintf(line, sizeof line,
-                    "trainer.prefetch = auto: get_batch inline (%d intra-op thread%s %s the %d core%s: a prefetch "
-                    "thread would compete with %s)",
-                    intra_op_threads, intra_op_threads == 1 ? "" : "s", intra_op_threads == 1 ? "fills" : "fill",
-                    share, share == 1 ? "" : "s", intra_op_threads == 1 ? "it" : "them");
-      log = line;
-    }
-    return {AutoStart::Kind::inline_, share, log};
-  }
+  if (intra_op_threads >= share) return {AutoStart::Kind::inline_, share};
   if (ranks > 1)
     return {unmeasured_mode(intra_op_threads, prefetch_threads, share) == FetchMode::thread ? AutoStart::Kind::thread
                                                                                              : AutoStart::Kind::inline_,
-            share, {}};
-  return {AutoStart::Kind::trial, share, {}};
+            share};
+  return {AutoStart::Kind::trial, share};
 }
 
 FetchTrial::FetchTrial(FetchMode fallback, Shape shape) : fallback_(fallback), shape_(shape) {
@@ -95,9 +83,9 @@ void FetchTrial::record(FetchMode mode, const std::vector<double>& step_seconds)
                                                                                     : FetchMode::inline_;
   char line[256];
   std::snprintf(line, sizeof line,
-                "trainer.prefetch = auto: get_batch %s (a step took %.0f us with get_batch inline, %.0f us with a "
-                "prefetch thread; %zu steps timed)",
-                *decided_ == FetchMode::thread ? "on a prefetch thread" : "inline", inline_cost * 1e6,
+                "trainer.data_workers = auto: get_batch %s (a step took %.0f us with get_batch inline, %.0f us with "
+                "worker threads; %zu steps timed)",
+                *decided_ == FetchMode::thread ? "on worker threads" : "inline", inline_cost * 1e6,
                 thread_cost * 1e6, steps_[0].size() + steps_[1].size());
   verdict_ = line;
   steps_[0].clear();

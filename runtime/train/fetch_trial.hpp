@@ -1,4 +1,4 @@
-// trainer.prefetch = "auto": how training batches reach the step, chosen by
+// trainer.data_workers = "auto" (train/data_workers.hpp): how training batches reach the step, chosen by
 // measuring. A prefetch thread gathers the next batch while the step runs,
 // but every batch then crosses threads (a hand-off, a wake-up, memory
 // allocated on one thread and freed on another), and on a machine whose
@@ -44,8 +44,7 @@ FetchMode unmeasured_mode(int intra_op_threads, int prefetch_threads, int cores)
 //   - else (one process, a core left over): the trial.
 struct AutoStart {
   enum class Kind { inline_, thread, trial } kind;
-  int share;        // the cores this rank counts as its own
-  std::string log;  // one line for the log (one process, inline), else empty
+  int share;  // the cores this rank counts as its own
 };
 AutoStart auto_start(int intra_op_threads, int prefetch_threads, int cores, int world_size);
 

@@ -1,6 +1,7 @@
 #include "train/prefetcher.hpp"
 
 #include <algorithm>
+#include <string>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 
+#include "train/sample_seed.hpp"
 #include "util/activity.hpp"
 
 // Weak: the host needs no OpenMP at link time; it resolves at run time to the
@@ -40,17 +42,42 @@ kiln_error* call_get_batch(const PluginInstance::KeepAlive& keep, kiln_split spl
   const auto& hooks = *static_cast<const kiln_data_hooks*>(keep.descriptor->hooks);
   std::unique_lock<std::mutex> call_lock(*keep.serial, std::defer_lock);
   if (serialized(keep)) call_lock.lock();
+  const int64_t* indices = plan.batch(b);
+  const size_t count = plan.batch_size(b);
+  // A 1.4 data module gets the epoch and a seed per sample (ABI 1.4).
+  const bool seeded = KILN_HAS_FIELD(&hooks, kiln_data_hooks, get_batch_seeded) && hooks.get_batch_seeded != nullptr;
+  std::vector<uint64_t> seeds;
+  if (seeded) {
+    seeds.resize(count);
+    for (size_t i = 0; i < count; ++i) seeds[i] = sample_seed(plan.seed_key, indices[i]);
+  }
   keep.in_flight->fetch_add(1);
-  kiln_error* error = hooks.get_batch(keep.instance, split, plan.batch(b), plan.batch_size(b), out);
+  kiln_error* error;
+  if (seeded) {
+    const kiln_batch_request request{sizeof(kiln_batch_request), split, indices, count, seeds.data(), plan.epoch};
+    error = hooks.get_batch_seeded(keep.instance, &request, out);
+  } else {
+    error = hooks.get_batch(keep.instance, split, indices, count, out);
+  }
   keep.in_flight->fetch_sub(1);
   return error;
 }
 
 // A call's result as the loop takes it: the error (HookError naming the data
 // module) or the batch, prepared.
-BatchPtr accept(const BatchRequest& request, kiln_error* error, kiln_batch* out) {
+// Which batch failed, for the error's one line: its number in the epoch and
+// its first samples.
+std::string which_batch(const BatchPlan& plan, size_t b) {
+  std::string text = " (batch " + std::to_string(plan.first_batch + static_cast<int64_t>(b)) + " of the epoch: sample";
+  const size_t n = plan.batch_size(b);
+  text += n == 1 ? " " : "s ";
+  for (size_t i = 0; i < std::min<size_t>(n, 4); ++i) text += (i ? ", " : "") + std::to_string(plan.batch(b)[i]);
+  return text + (n > 4 ? ", ...)" : ")");
+}
+
+BatchPtr accept(const BatchRequest& request, size_t b, kiln_error* error, kiln_batch* out) {
   BatchPtr batch(out);
-  request.data.check(error, "get_batch");
+  if (error != nullptr) request.data.check(error, "get_batch", which_batch(*request.plan, b));
   if (!batch) request.data.check(make_error("get_batch returned no batch"), "get_batch");
   if (request.prepare) request.prepare(*batch);
   return batch;
@@ -66,7 +93,7 @@ BatchPtr gather_inline(const BatchRequest& request, size_t b, Activity* activity
     InHook in(activity, "get_batch");
     error = call_get_batch(keep, request.split, *request.plan, b, &out);
   }
-  return accept(request, error, out);
+  return accept(request, b, error, out);
 }
 
 struct Prefetcher::State {
@@ -138,7 +165,7 @@ void Prefetcher::State::work() {
     }
     Slot done;
     try {
-      done.batch = accept(request, error, out);
+      done.batch = accept(request, b, error, out);
     } catch (...) {
       done.error = std::current_exception();
     }

@@ -9,7 +9,9 @@
 
 #include "device/batch_mover.hpp"
 #include "plugin/host_objects.hpp"
+#include "train/data_workers.hpp"
 #include "train/prefetcher.hpp"
+#include "train/sample_seed.hpp"
 #include "train/sampler.hpp"
 
 namespace kiln {
@@ -38,11 +40,12 @@ class Fetched final : public BatchStream {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Fetched(BatchRequest request, const SamplingSettings& s, c10::Device device, FetchMode mode, FetchTrial* trial,
+  Fetched(BatchRequest request, int threads, int depth, c10::Device device, FetchMode mode, FetchTrial* trial,
           Activity* activity)
       : mover_(std::make_shared<BatchMover>(device)),
         request_(std::move(request)),
-        settings_(s),
+        threads_(threads),
+        depth_(depth),
         mode_(mode),
         trial_(trial),
         activity_(activity),
@@ -118,8 +121,7 @@ class Fetched final : public BatchStream {
     timed_ = segment.timed;
     stamps_.clear();
     if (segment.mode == FetchMode::thread)
-      prefetcher_.emplace(request_, segment_begin_, segment_end_, settings_.prefetch_threads,
-                          settings_.prefetch_depth);
+      prefetcher_.emplace(request_, segment_begin_, segment_end_, threads_, depth_);
   }
 
   void end_window() {
@@ -134,7 +136,7 @@ class Fetched final : public BatchStream {
   // Shared with the prefetch threads, which pin what they fetch.
   std::shared_ptr<BatchMover> mover_;
   BatchRequest request_;
-  SamplingSettings settings_;
+  int threads_, depth_;
   FetchMode mode_;      // without a trial, or once it decided
   FetchTrial* trial_;   // null: none in this stream
   Activity* activity_;  // told when the main thread is inside get_batch
@@ -152,35 +154,34 @@ class Fetched final : public BatchStream {
 
 SampledBatches::SampledBatches(DataModuleProxy data, SamplingSettings settings, c10::Device device)
     : data_(data), settings_(settings), device_(device) {
-  switch (settings_.prefetch) {
-    case PrefetchPolicy::thread: fixed_ = FetchMode::thread; break;
-    case PrefetchPolicy::inline_: fixed_ = FetchMode::inline_; break;
-    case PrefetchPolicy::automatic:
-      // On a GPU the step only queues work: `auto` keeps the prefetch thread.
-      if (!device_.is_cpu()) {
-        fixed_ = FetchMode::thread;
-        break;
-      }
-      // Intra-op threads that fill this rank's share of the cores leave a
-      // prefetch thread none of its own: it would compete with the step's
-      // OpenMP team (which then waits at each barrier for a descheduled
-      // thread), so there is nothing to measure. Trying it anyway made
-      // mlp32's steps 2-4x slower for the trial's windows, 0.03-0.1 s of a
-      // 0.27 s epoch; a prefetch thread per rank for two one-thread ranks on
-      // 2 cores cost mlp256 ~10 % (bench/README.md). Several processes share
-      // the cores in ways one rank cannot time alone (each rank's trial would
-      // time the others too): they go by the cores left over. One process
-      // with a core left over runs the trial (train/fetch_trial.hpp).
-      const AutoStart start = auto_start(at::get_num_threads(), settings_.prefetch_threads,
-                                         settings_.cores > 0 ? settings_.cores : usable_cores(),
-                                         static_cast<int>(settings_.world_size));
-      if (!start.log.empty()) spdlog::info("{}", start.log);
-      if (start.kind != AutoStart::Kind::trial) {
-        fixed_ = start.kind == AutoStart::Kind::thread ? FetchMode::thread : FetchMode::inline_;
-        break;
-      }
-      trial_.emplace(FetchMode::thread, settings_.trial);
-      break;
+  // On the CPU, intra-op threads that fill this rank's share of the cores
+  // leave a worker thread none of its own: it would compete with the step's
+  // OpenMP team (which then waits at each barrier for a descheduled
+  // thread), so there is nothing to measure. Trying it anyway made mlp32's
+  // steps 2-4x slower for the trial's windows, 0.03-0.1 s of a 0.27 s
+  // epoch; a prefetch thread per rank for two one-thread ranks on 2 cores
+  // cost mlp256 ~10 % (bench/README.md). Several processes share the cores
+  // in ways one rank cannot time alone (each rank's trial would time the
+  // others too): they go by the cores left over. One process with a core
+  // left over runs the trial (train/fetch_trial.hpp). On a GPU the step only
+  // queues work: `auto` keeps worker threads (train/data_workers.hpp).
+  DataWorkersInput in;
+  in.requested = settings_.data_workers;
+  in.requested_depth = settings_.prefetch_batches;
+  in.concurrent = (data_.instance().keep_alive().descriptor->flags & KILN_DATA_CONCURRENT_GET_BATCH) != 0;
+  in.on_gpu = !device_.is_cpu();
+  in.intra_op_threads = at::get_num_threads();
+  in.cores = settings_.cores > 0 ? settings_.cores : usable_cores();
+  in.world_size = static_cast<int>(settings_.world_size);
+  in.data_id = data_.instance().id();
+  const DataWorkersPlan plan = plan_data_workers(in);
+  if (!plan.log.empty() && settings_.rank == 0) spdlog::info("{}", plan.log);
+  threads_ = plan.threads;
+  depth_ = plan.depth;
+  switch (plan.kind) {
+    case DataWorkersPlan::Kind::threads: fixed_ = FetchMode::thread; break;
+    case DataWorkersPlan::Kind::inline_: fixed_ = FetchMode::inline_; break;
+    case DataWorkersPlan::Kind::trial: trial_.emplace(FetchMode::thread, settings_.trial); break;
   }
 }
 
@@ -202,14 +203,16 @@ std::unique_ptr<BatchStream> SampledBatches::open(kiln_split split, const EpochS
   options.saved_elsewhere = split == KILN_SPLIT_TRAIN &&
                             (epoch == saved_elsewhere_epoch_ || (first_sample > 0 && first_sample % step_samples != 0));
   BatchPlan plan = plan_epoch(options, epoch, n, orders_);
+  plan.epoch = epoch;
+  plan.seed_key = sample_seed_key(settings_.seed, split, epoch);
   if (split == KILN_SPLIT_TRAIN && epoch == 0 && plan.indices.size() >= 5)
     spdlog::debug("epoch 0 order starts {} {} {} {} {}", plan.indices[0], plan.indices[1], plan.indices[2],
                   plan.indices[3], plan.indices[4]);
   // Only training runs the trial: its steps are the ones that repeat.
   FetchTrial* trial = split == KILN_SPLIT_TRAIN && trial_ && trial_->running() ? &*trial_ : nullptr;
   return std::make_unique<Fetched>(
-      BatchRequest{data_.instance(), split, std::make_shared<const BatchPlan>(std::move(plan)), {}}, settings_,
-      device_, mode(), trial, data_.activity());
+      BatchRequest{data_.instance(), split, std::make_shared<const BatchPlan>(std::move(plan)), {}}, threads_,
+      depth_, device_, mode(), trial, data_.activity());
 }
 
 }  // namespace kiln

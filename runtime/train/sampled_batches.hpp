@@ -1,7 +1,7 @@
 // The host's BatchSource: the data module's splits through kiln's sampler
 // (seeded order, sharding, limits) and prefetcher, moved to the run's device.
-// get_batch runs on prefetch threads or inline on the main thread, as
-// trainer.prefetch says (train/fetch_trial.hpp: how `auto` decides).
+// get_batch runs on worker threads or inline on the main thread, as
+// trainer.data_workers says (train/data_workers.hpp: how `auto` decides).
 #pragma once
 
 #include <optional>
@@ -21,11 +21,10 @@ struct SamplingSettings {
   bool drop_last = false;
   int32_t rank = 0;
   int32_t world_size = 1;
-  PrefetchPolicy prefetch = PrefetchPolicy::automatic;
-  int prefetch_threads = 1;
-  int prefetch_depth = 4;
-  FetchTrial::Shape trial;  // prefetch = auto
-  int cores = 0;            // the cores this process may use; 0: usable_cores()
+  int data_workers = -1;      // trainer.data_workers; -1 = auto (train/data_workers.hpp)
+  int prefetch_batches = -1;  // trainer.prefetch_batches; -1 = auto
+  FetchTrial::Shape trial;    // data_workers = auto, one process on the CPU
+  int cores = 0;              // the cores this process may use; 0: usable_cores()
 };
 
 class SampledBatches final : public BatchSource {
@@ -46,9 +45,9 @@ class SampledBatches final : public BatchSource {
 
   // How batches are fetched now (the decision of `auto` once its trial ran).
   FetchMode mode() const;
-  // prefetch = auto: its trial (null when the policy is fixed, when the
-  // intra-op threads leave no core for a prefetch thread, or when the run is
-  // not one process on the CPU).
+  // data_workers = auto: its trial (null when the count is fixed, when the
+  // intra-op threads leave no core for a worker, or when the run is not one
+  // process on the CPU).
   const FetchTrial* trial() const { return trial_ ? &*trial_ : nullptr; }
 
  private:
@@ -58,6 +57,7 @@ class SampledBatches final : public BatchSource {
   EpochOrders orders_;  // the training order's generator, kept from epoch to epoch
   int64_t saved_elsewhere_epoch_ = -1;
   FetchMode fixed_ = FetchMode::thread;  // without a trial
+  int threads_ = 1, depth_ = 4;          // worker threads and batches in flight, when on threads
   std::optional<FetchTrial> trial_;
 };
 

@@ -25,6 +25,11 @@ struct BatchPlan {
   // trained once every rank has run batch b of the plan — what a checkpoint
   // after it records (SamplerOptions::first_sample of the run resuming it).
   std::vector<int64_t> positions;
+  // What kiln_batch_request carries besides the indices: the epoch (0 for
+  // evaluation) and the key its per-sample seeds derive from
+  // (train/sample_seed.hpp).
+  int64_t epoch = 0;
+  uint64_t seed_key = 0;
   int64_t position_after(size_t b) const { return positions.at(b); }
   size_t size() const { return offsets.empty() ? 0 : offsets.size() - 1; }
   const int64_t* batch(size_t b) const { return indices.data() + offsets[b]; }

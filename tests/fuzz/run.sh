@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets with clang into build-fuzz/ and runs each for
 # SECONDS (default 30) on a copy of its seed corpus. Exits non-zero on any
 # finding (the crashing input is kept in build-fuzz/findings/). Idempotent.
-#   tests/fuzz/run.sh [SECONDS] [TARGET...]     (targets: manifest checkpoint idx dlpack elf arrays csv; default all)
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]     (targets: manifest checkpoint idx dlpack elf arrays csv image; default all)
 # KILN_FUZZ_BUILD_DIR names another build directory (default build-fuzz).
 # Everything runs under `nice -n 10`: the machine stays usable. Two targets
 # run at a time (each fuzzer is one process on one core).
@@ -11,11 +11,11 @@ cd "$(dirname "$0")/../.."
 SECONDS_EACH=${1:-30}
 shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(manifest checkpoint idx dlpack elf arrays csv)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(manifest checkpoint idx dlpack elf arrays csv image)
 BUILD=${KILN_FUZZ_BUILD_DIR:-build-fuzz}
 
 missing=()
-for p in clang libclang-rt-14-dev libtorch-dev libdlpack-dev libxxhash-dev zlib1g-dev libspdlog-dev libtomlplusplus-dev; do
+for p in clang libclang-rt-14-dev libtorch-dev libdlpack-dev libxxhash-dev zlib1g-dev libspdlog-dev libtomlplusplus-dev libjpeg62-turbo-dev libpng-dev; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -270,7 +270,7 @@ TEST_P(StuckGetBatch, ErrorIsReportedAndCleanupRunsWithinABound) {
   auto r = kiln({"fit",
                  recorder_manifest(dir, "fail_at = [\"training_step\"]\nwait_for = \"" + stalled + "\"",
                                    "size = 64\nstall_after = 1\nstall_s = 600", "",
-                                   "max_epochs = 1\nbatch_size = 4\nprefetch = \"thread\"\n")
+                                   "max_epochs = 1\nbatch_size = 4\ndata_workers = 1\n")
                      .string(),
                  "-n", std::to_string(processes)},
                 {.timeout = std::chrono::seconds(120)});

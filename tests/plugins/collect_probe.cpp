@@ -15,6 +15,7 @@
 //   log_rows  log "<split>/collected_rows" and "<split>/index_sum" in on_epoch_end
 // Data module (kiln.test.collect_data): synthetic rows; collect_in_get_batch
 //   = true collects from get_batch (a prefetch thread).
+// Model (kiln.test.input_hash): each sample's input hashed (below).
 // Callback (kiln.test.collect_dump): dir = where rank 0 writes
 //   "<split>-<epoch>.txt": the rows, every value with 17 digits, after a line
 //   "confusion <C*C counts>" (kiln::metrics::confusion_matrix) when the rows
@@ -106,6 +107,40 @@ class CollectModel final : public kiln::Model {
   bool log_rows_;
 };
 
+// Model (kiln.test.input_hash): collects each sample's "input_hash" (FNV-1a
+// of its input's bytes, as two 32-bit halves) and its target, so a test can
+// compare what the data module built for every sample across data workers,
+// process counts and resumes. Its one weight trains on the input's mean.
+class InputHash final : public kiln::Model {
+ public:
+  InputHash(const kiln::Host& host, kiln::Config&) : Model(host), net_(torch::nn::Linear(1, 1)) {}
+  torch::nn::Module& module() override { return *net_; }
+
+  at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
+    const at::Tensor input = batch["input"];
+    collect(input, batch["target"]);
+    return net_->forward(input.reshape({input.size(0), -1}).mean(1, true)).pow(2).mean();
+  }
+  void validation_step(const kiln::Batch& batch, int64_t) override { collect(batch["input"], batch["target"]); }
+
+ private:
+  void collect(const at::Tensor& input, const at::Tensor& target) {
+    const at::Tensor flat = input.to(at::kFloat).reshape({input.size(0), -1}).contiguous();
+    at::Tensor hashes = at::empty({flat.size(0), 2}, at::kLong);
+    for (int64_t i = 0; i < flat.size(0); ++i) {
+      const auto* bytes = reinterpret_cast<const unsigned char*>(flat[i].data_ptr<float>());
+      uint64_t h = 1469598103934665603ull;
+      for (int64_t b = 0; b < flat.size(1) * 4; ++b) h = (h ^ bytes[b]) * 1099511628211ull;
+      hashes[i][0] = static_cast<int64_t>(h >> 32);
+      hashes[i][1] = static_cast<int64_t>(h & 0xffffffffu);
+    }
+    host().collect("input_hash", hashes);
+    host().collect("target", target);
+  }
+
+  torch::nn::Linear net_;
+};
+
 class CollectData final : public kiln::DataModule {
  public:
   CollectData(const kiln::Host& host, kiln::Config& config)
@@ -146,7 +181,7 @@ class CollectDump final : public kiln::Callback {
       for (int64_t i = 0; i < matrix.numel(); ++i) out << " " << matrix.data_ptr<int64_t>()[i];
       out << "\n";
     }
-    for (const char* name : {"kiln.index", "target", "scores"}) {
+    for (const char* name : {"kiln.index", "target", "scores", "input_hash"}) {
       if (!rows.has(name)) continue;
       const at::Tensor t = rows[name].to(at::kDouble).reshape({rows.size(), -1}).contiguous();
       out << name << " " << t.size(1) << "\n";
@@ -167,4 +202,5 @@ class CollectDump final : public kiln::Callback {
 
 KILN_EXPORT_PLUGINS(kiln::describe<CollectModel>({"kiln.test.collect_model", "collect model", "1.0"}),
                     kiln::describe<CollectData>({"kiln.test.collect_data", "collect data", "1.0"}),
+                    kiln::describe<InputHash>({"kiln.test.input_hash", "input hash", "1.0"}),
                     kiln::describe<CollectDump>({"kiln.test.collect_dump", "collect dump", "1.0"}))

@@ -383,7 +383,7 @@ TEST_F(PrefetcherTest, AGetBatchErrorIsRethrownWhenItsBatchIsTaken) {
     FAIL() << "batch 7 failed in get_batch";
   } catch (const kiln::HookError& e) {
     EXPECT_EQ(e.hook(), "get_batch");
-    EXPECT_EQ(e.message(), "no such sample");
+    EXPECT_EQ(e.message(), "no such sample (batch 7 of the epoch: sample 7)");
   }
 }
 
@@ -434,7 +434,7 @@ TEST_F(PrefetcherTest, GatheringInlineCallsGetBatchOnThisThreadAndNamesThePlugin
   } catch (const kiln::HookError& e) {
     EXPECT_EQ(e.plugin_id(), "test.fake_data");
     EXPECT_EQ(e.hook(), "get_batch");
-    EXPECT_EQ(e.message(), "no such sample");
+    EXPECT_EQ(e.message(), "no such sample (batch 3 of the epoch: sample 3)");
   }
   EXPECT_EQ(instance->calls_in_flight(), 0);
 }
@@ -464,16 +464,17 @@ std::vector<int64_t> iota(int64_t n) {
   return out;
 }
 
-kiln::SamplingSettings sampling(kiln::PrefetchPolicy policy) {
+// data_workers: 0 inline, 1 a thread, -1 auto.
+kiln::SamplingSettings sampling(int data_workers) {
   kiln::SamplingSettings s;
-  s.prefetch = policy;
+  s.data_workers = data_workers;
   s.trial = kiln::FetchTrialShape{2, 6, 2};  // 2 + 4 x 6 = 26 batches
   s.cores = at::get_num_threads() + 1;       // a core left over: auto runs its trial
   return s;
 }
 
 TEST_F(PrefetcherTest, PrefetchInlineGathersEveryBatchOnTheMainThreadInOrder) {
-  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::inline_),
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(0),
                                c10::Device(c10::kCPU));
   EXPECT_EQ(run_epoch(batches, 0, 40), iota(40));
   EXPECT_EQ(g_data.on_main.load(), 40);
@@ -482,7 +483,7 @@ TEST_F(PrefetcherTest, PrefetchInlineGathersEveryBatchOnTheMainThreadInOrder) {
 }
 
 TEST_F(PrefetcherTest, PrefetchThreadGathersEveryBatchOffTheMainThreadInOrder) {
-  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::thread),
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(1),
                                c10::Device(c10::kCPU));
   EXPECT_EQ(run_epoch(batches, 0, 40), iota(40));
   EXPECT_EQ(g_data.on_main.load(), 0);
@@ -494,7 +495,7 @@ TEST_F(PrefetcherTest, PrefetchThreadGathersEveryBatchOffTheMainThreadInOrder) {
 // answer. The order survives the switches between the trial's segments.
 TEST_F(PrefetcherTest, PrefetchAutoKeepsTheThreadWhenItIsMeasuredFaster) {
   g_data.sleep_us_on_main = g_data.sleep_us_off_main = 3000;
-  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::automatic),
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(-1),
                                c10::Device(c10::kCPU));
   ASSERT_NE(batches.trial(), nullptr);
   EXPECT_EQ(run_epoch(batches, 0, 30, /*step_us=*/3000), iota(30));
@@ -510,7 +511,7 @@ TEST_F(PrefetcherTest, PrefetchAutoKeepsTheThreadWhenItIsMeasuredFaster) {
 // thread that has to wait for a core): inline wins.
 TEST_F(PrefetcherTest, PrefetchAutoGathersInlineWhenThatIsMeasuredFaster) {
   g_data.sleep_us_off_main = 6000;
-  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::automatic),
+  kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(-1),
                                c10::Device(c10::kCPU));
   EXPECT_EQ(run_epoch(batches, 0, 30, /*step_us=*/1000), iota(30));
   EXPECT_EQ(batches.mode(), kiln::FetchMode::inline_) << batches.trial()->verdict();
@@ -522,7 +523,7 @@ TEST_F(PrefetcherTest, PrefetchAutoGathersInlineWhenThatIsMeasuredFaster) {
 // Intra-op threads that fill the cores: a prefetch thread could only take
 // cores from them, so auto gathers inline without trying it.
 TEST_F(PrefetcherTest, PrefetchAutoGathersInlineWithoutATrialWhenTheIntraOpThreadsFillTheCores) {
-  kiln::SamplingSettings s = sampling(kiln::PrefetchPolicy::automatic);
+  kiln::SamplingSettings s = sampling(-1);
   s.cores = at::get_num_threads();
   kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), s, c10::Device(c10::kCPU));
   EXPECT_EQ(batches.trial(), nullptr);
@@ -533,12 +534,11 @@ TEST_F(PrefetcherTest, PrefetchAutoGathersInlineWithoutATrialWhenTheIntraOpThrea
 }
 
 // A core left over beside the intra-op threads runs the trial, as
-// docs/manifest.md says, whatever trainer.prefetch_threads is: the prefetch
-// threads are what its thread windows time. (It went inline untried, with a
-// log line saying the intra-op threads filled the cores.)
-TEST_F(PrefetcherTest, PrefetchAutoRunsItsTrialWhenACoreIsLeftOverWhateverThePrefetchThreads) {
-  kiln::SamplingSettings s = sampling(kiln::PrefetchPolicy::automatic);  // cores: the intra-op threads + 1
-  s.prefetch_threads = 2;
+// docs/manifest.md says: the worker threads are what its thread windows
+// time. (It once went inline untried, with a log line saying the intra-op
+// threads filled the cores.)
+TEST_F(PrefetcherTest, PrefetchAutoRunsItsTrialWhenACoreIsLeftOver) {
+  kiln::SamplingSettings s = sampling(-1);  // cores: the intra-op threads + 1
   kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), s, c10::Device(c10::kCPU));
   ASSERT_NE(batches.trial(), nullptr) << "a core is left over: auto runs its trial";
   EXPECT_EQ(run_epoch(batches, 0, 30), iota(30));
@@ -551,7 +551,7 @@ TEST_F(PrefetcherTest, PrefetchAutoRunsItsTrialWhenACoreIsLeftOverWhateverThePre
 TEST_F(PrefetcherTest, PrefetchAutoReportsAGetBatchErrorInEitherMode) {
   for (int64_t fail_at : {4, 10}) {  // the first (inline) window; the second (thread)
     g_data.fail_at = fail_at;
-    kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(kiln::PrefetchPolicy::automatic),
+    kiln::SampledBatches batches(kiln::DataModuleProxy(*instance), sampling(-1),
                                  c10::Device(c10::kCPU));
     try {
       run_epoch(batches, 0, 30);
@@ -559,7 +559,7 @@ TEST_F(PrefetcherTest, PrefetchAutoReportsAGetBatchErrorInEitherMode) {
     } catch (const kiln::HookError& e) {
       EXPECT_EQ(e.plugin_id(), "test.fake_data");
       EXPECT_EQ(e.hook(), "get_batch");
-      EXPECT_EQ(e.message(), "no such sample");
+      EXPECT_EQ(e.message(), "no such sample (batch " + std::to_string(fail_at) + " of the epoch: sample " + std::to_string(fail_at) + ")");
     }
   }
   EXPECT_GT(g_data.off_main.load(), 0);

@@ -55,8 +55,8 @@ TEST(FetchTrial, KeepsTheFasterModeForTheRestOfTheRun) {
   EXPECT_EQ(rest.mode, FetchMode::inline_);
   EXPECT_EQ(rest.length, 70u);
   EXPECT_FALSE(rest.timed);
-  EXPECT_NE(slow_thread.verdict().find("inline (a step took 100 us with get_batch inline, 130 us with a prefetch "
-                                       "thread; 12 steps timed)"),
+  EXPECT_NE(slow_thread.verdict().find("inline (a step took 100 us with get_batch inline, 130 us with worker "
+                                       "threads; 12 steps timed)"),
             std::string::npos)
       << slow_thread.verdict();
 
@@ -147,22 +147,15 @@ TEST(AutoStart, RunsTheTrialInOneProcessWhenACoreIsLeftOver) {
   // thread fill the 2 cores".
   const kiln::AutoStart two = kiln::auto_start(1, 2, 2, 1);
   EXPECT_EQ(two.kind, Kind::trial);
-  EXPECT_EQ(two.log, "");
   EXPECT_EQ(kiln::auto_start(3, 4, 8, 1).kind, Kind::trial);
 }
 
-TEST(AutoStart, GathersInlineWhenTheIntraOpThreadsFillTheCoresAndSaysSoTruly) {
+TEST(AutoStart, GathersInlineWhenTheIntraOpThreadsFillTheCores) {
   using Kind = kiln::AutoStart::Kind;
   const kiln::AutoStart two = kiln::auto_start(2, 1, 2, 1);
   EXPECT_EQ(two.kind, Kind::inline_);
-  EXPECT_EQ(two.log,
-            "trainer.prefetch = auto: get_batch inline (2 intra-op threads fill the 2 cores: a prefetch thread would "
-            "compete with them)");
   const kiln::AutoStart one = kiln::auto_start(1, 1, 1, 1);
   EXPECT_EQ(one.kind, Kind::inline_);
-  EXPECT_EQ(one.log,
-            "trainer.prefetch = auto: get_batch inline (1 intra-op thread fills the 1 core: a prefetch thread would "
-            "compete with it)");
   EXPECT_EQ(kiln::auto_start(4, 1, 2, 1).kind, Kind::inline_);
 }
 
@@ -171,7 +164,6 @@ TEST(AutoStart, SeveralProcessesGoByTheirShareOfTheCoresWithoutATrial) {
   const kiln::AutoStart filled = kiln::auto_start(1, 1, 2, 2);  // two one-thread ranks on 2 cores
   EXPECT_EQ(filled.kind, Kind::inline_);
   EXPECT_EQ(filled.share, 1);
-  EXPECT_EQ(filled.log, "") << "each rank would log it";
   EXPECT_EQ(kiln::auto_start(1, 1, 4, 2).kind, Kind::thread);
   EXPECT_EQ(kiln::auto_start(1, 2, 4, 2).kind, Kind::inline_) << "two prefetch threads do not fit beside it";
   EXPECT_EQ(kiln::auto_start(2, 1, 8, 2).kind, Kind::thread);

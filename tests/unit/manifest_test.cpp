@@ -147,9 +147,8 @@ limit_predict_batches = 0
 fast_dev_run = false
 shuffle = false
 drop_last = true
-prefetch = "inline"
-prefetch_threads = 3
-prefetch_depth = 8
+data_workers = 3
+prefetch_batches = 8
 log_every_n_steps = 10
 progress = "lines"
 test_after_fit = true
@@ -231,9 +230,8 @@ master_port = 29500
   EXPECT_EQ(m.trainer.fast_dev_run, 0);
   EXPECT_FALSE(m.trainer.shuffle);
   EXPECT_TRUE(m.trainer.drop_last);
-  EXPECT_EQ(m.trainer.prefetch, kiln::PrefetchPolicy::inline_);
-  EXPECT_EQ(m.trainer.prefetch_threads, 3);
-  EXPECT_EQ(m.trainer.prefetch_depth, 8);
+  EXPECT_EQ(m.trainer.data_workers.value, 3);
+  EXPECT_EQ(m.trainer.prefetch_batches.value, 8);
   EXPECT_EQ(m.trainer.log_every_n_steps, 10);
   EXPECT_EQ(m.trainer.progress, kiln::ProgressMode::lines);
   EXPECT_TRUE(m.trainer.test_after_fit);
@@ -315,9 +313,9 @@ TEST_F(ManifestTest, MinimalManifestGetsDefaults) {
   EXPECT_EQ(m.trainer.fast_dev_run, 0);
   EXPECT_TRUE(m.trainer.shuffle);
   EXPECT_FALSE(m.trainer.drop_last);
-  EXPECT_EQ(m.trainer.prefetch, kiln::PrefetchPolicy::automatic);
-  EXPECT_EQ(m.trainer.prefetch_threads, t.prefetch_threads);
-  EXPECT_EQ(m.trainer.prefetch_depth, t.prefetch_depth);
+  EXPECT_TRUE(m.trainer.data_workers.is_auto());
+  EXPECT_TRUE(m.trainer.prefetch_batches.is_auto());
+  EXPECT_EQ(m.trainer.data_workers.value, t.data_workers.value);
   EXPECT_EQ(m.trainer.log_every_n_steps, 50);
   EXPECT_EQ(m.trainer.progress, kiln::ProgressMode::automatic);
   EXPECT_FALSE(m.trainer.test_after_fit);
@@ -513,6 +511,17 @@ TEST_F(ManifestTest, UnknownKeyThatBelongsInAnotherTable) {
   EXPECT_EQ(message, at(2, 1) + "unknown key 'lr' in [trainer] (it belongs in [optimizer])");
 }
 
+// The keys an earlier kiln read say what replaced them.
+TEST_F(ManifestTest, ARenamedKeySaysItsNewName) {
+  EXPECT_EQ(error(std::string("[trainer]\nprefetch_threads = 2\n") + kMinimal),
+            at(2, 1) + "unknown key 'prefetch_threads' in [trainer] (renamed: use trainer.data_workers)");
+  EXPECT_EQ(error(std::string("[trainer]\nprefetch = \"inline\"\n") + kMinimal),
+            at(2, 1) + "unknown key 'prefetch' in [trainer] (renamed: use trainer.data_workers: 0 for inline, a "
+                       "count of threads, or \"auto\")");
+  EXPECT_EQ(error(std::string("[trainer]\nprefetch_depth = 8\n") + kMinimal),
+            at(2, 1) + "unknown key 'prefetch_depth' in [trainer] (renamed: use trainer.prefetch_batches)");
+}
+
 TEST_F(ManifestTest, UnknownKeyWithNoNearMatchListsKnownKeys) {
   const std::string message = error(std::string("[distributed]\nzzzzzz = 1\n") + kMinimal);
   EXPECT_EQ(message, at(2, 1) +
@@ -652,7 +661,10 @@ INSTANTIATE_TEST_SUITE_P(
         RangeCase{"[trainer]\nfast_dev_run = -1", "trainer.fast_dev_run must be >= 0, not -1"},
         RangeCase{"[trainer]\nfast_dev_run = \"yes\"",
                   "trainer.fast_dev_run must be a boolean or an integer number of batches, not a string"},
-        RangeCase{"[trainer]\nprefetch_threads = 0", "trainer.prefetch_threads must be between 1 and 1024, not 0"},
+        RangeCase{"[trainer]\ndata_workers = -1", "trainer.data_workers must be between 0 and 1024, not -1"},
+        RangeCase{"[trainer]\ndata_workers = \"many\"", "trainer.data_workers must be \"auto\" or an integer, not 'many'"},
+        RangeCase{"[trainer]\ndata_workers = 1.5", "trainer.data_workers must be \"auto\" or an integer, not a float"},
+        RangeCase{"[trainer]\nprefetch_batches = 0", "trainer.prefetch_batches must be between 1 and 65536, not 0"},
         RangeCase{"[trainer]\nlog_every_n_steps = 0", "trainer.log_every_n_steps must be >= 1, not 0"},
         RangeCase{"[optimizer]\nlr = 0", "optimizer.lr must be > 0.0, not 0"},
         RangeCase{"[optimizer]\nlr = -0.1", "optimizer.lr must be > 0.0, not -0.1"},

@@ -9,6 +9,9 @@
 // the loops call; this file only wires them (docs/architecture.md).
 #include "train/run/run_session.hpp"
 
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -32,6 +35,7 @@
 #include "train/optim.hpp"
 #include "train/param_groups.hpp"
 #include "train/precision.hpp"
+#include "train/prediction_table.hpp"
 #include "train/prediction_text.hpp"
 #include "train/progress.hpp"
 #include "train/run/epoch_collections.hpp"
@@ -204,9 +208,8 @@ class Run {
     sampling.drop_last = m_.trainer.drop_last;
     sampling.rank = rank();
     sampling.world_size = world_size();
-    sampling.prefetch = m_.trainer.prefetch;
-    sampling.prefetch_threads = m_.trainer.prefetch_threads;
-    sampling.prefetch_depth = m_.trainer.prefetch_depth;
+    sampling.data_workers = static_cast<int>(m_.trainer.data_workers.value);
+    sampling.prefetch_batches = static_cast<int>(m_.trainer.prefetch_batches.value);
     batches_.emplace(DataModuleProxy(session_->data(), activity_), sampling, device_);
     // Mixed precision: the model's steps under autocast; the plugin is unchanged.
     StepModel* steps = &*model_;
@@ -404,6 +407,40 @@ class Run {
       write_file_durably(text_file, *text);
       spdlog::info("predict: the rows as text in {}", text_file.string());
     }
+    write_prediction_table(all);
+  }
+
+  // predictions.csv, with the class names and sample names the data module
+  // recorded in the run directory (train/prediction_table.hpp).
+  void write_prediction_table(const at::Tensor& all) {
+    const auto data_dir = m_.run.dir / session_->data().id();
+    std::vector<std::string> classes, names;
+    if (const std::optional<std::string> json = read_if_present(data_dir / "classes.json")) {
+      if (std::optional<std::vector<std::string>> parsed = parse_string_array(*json))
+        classes = std::move(*parsed);
+      else
+        spdlog::warn("predict: {} is not a JSON array of strings; predictions.csv has no class names",
+                     (data_dir / "classes.json").string());
+    }
+    if (const std::optional<std::string> text = read_if_present(data_dir / "predict_names.txt")) {
+      std::istringstream lines(*text);
+      for (std::string line; std::getline(lines, line);) names.push_back(line);
+    }
+    std::string warning;
+    const std::optional<std::string> table = prediction_table(all, classes, names, &warning);
+    if (!table) return;
+    if (!warning.empty()) spdlog::warn("predict: {}", warning);
+    const auto file = m_.run.dir / "predictions.csv";
+    write_file_durably(file, *table);
+    spdlog::info("predict: each row's class in {}", file.string());
+  }
+
+  static std::optional<std::string> read_if_present(const std::filesystem::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    return bytes.str();
   }
 
   std::vector<const PluginInstance*> all_plugins() {

@@ -31,6 +31,9 @@
  *   end of an epoch).
  * - 1.3 appended kiln_host.run_file_write (a plugin's own file in the run
  *   directory: a held-out split's rows, a class list).
+ * - 1.4 appended kiln_data_hooks.get_batch_seeded (a batch asked for with
+ *   the epoch and one seed per sample, for random transforms that are the
+ *   same with any number of data workers or processes, and after a resume).
  * - A NULL function pointer means "not implemented": the host does the default
  *   (documented per hook) and the hook is listed as absent by `kiln inspect`.
  *
@@ -86,7 +89,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_VERSION_MAJOR 1
-#define KILN_ABI_VERSION_MINOR 3
+#define KILN_ABI_VERSION_MINOR 4
 
 /* The symbol every plugin shared object exports. */
 #define KILN_ENTRY_SYMBOL "kiln_plugin_entry"
@@ -486,6 +489,21 @@ typedef struct kiln_model_hooks {
   kiln_error* (*on_epoch_end)(kiln_instance* self, kiln_split split, const kiln_batch* collected);
 } kiln_model_hooks;
 
+/* The batch kiln_data_hooks.get_batch_seeded is asked for (1.4). Borrowed
+ * for the call. */
+typedef struct kiln_batch_request {
+  size_t struct_size;
+  kiln_split split;
+  const int64_t* indices; /* `count` sample indices of `split` */
+  size_t count;
+  /* `count` seeds: sample_seeds[i] is a pure function of (run.seed, split,
+   * epoch, indices[i]) (docs/data.md gives it), so a sample's random
+   * transforms seeded from it are the same on every rank, with any number
+   * of data workers, and after a resume, and differ between epochs. */
+  const uint64_t* sample_seeds;
+  int64_t epoch; /* 0-based training epoch; 0 for val, test and predict (every validation sees the same transforms) */
+} kiln_batch_request;
+
 typedef struct kiln_data_hooks {
   size_t struct_size;
 
@@ -513,7 +531,15 @@ typedef struct kiln_data_hooks {
    * descriptor sets KILN_DATA_CONCURRENT_GET_BATCH. Required. */
   kiln_error* (*get_batch)(kiln_instance* self, kiln_split split, const int64_t* indices,
                            size_t count, kiln_batch** out);
+
+  /* 1.4 [prefetch-thread & active] get_batch, with what the host decided
+   * about the batch (kiln_batch_request): its epoch and a seed per sample.
+   * When set, a 1.4 host calls it instead of get_batch, on the same threads
+   * and under the same KILN_DATA_CONCURRENT_GET_BATCH rule; an older host
+   * calls get_batch, which a data module still provides. NULL: get_batch. */
+  kiln_error* (*get_batch_seeded)(kiln_instance* self, const kiln_batch_request* request, kiln_batch** out);
 } kiln_data_hooks;
+
 
 /* [main-thread & active] Every callback hook. Each may be NULL. `progress`
  * is borrowed. A callback reads

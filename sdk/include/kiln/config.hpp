@@ -79,6 +79,24 @@ class Config {
     return out;
   }
 
+  // An array of tables (`transforms = [{ name = "resize", size = 256 }, ...]`),
+  // each as a Config of its own: read its keys, then refuse its
+  // unread_keys() as for the plugin's table.
+  std::vector<Config> get_table_list(const std::string& key) {
+    read_.insert(key);
+    const toml::node* node = table_.get(key);
+    std::vector<Config> out;
+    if (!node) return out;
+    const toml::array* array = node->as_array();
+    if (!array) throw wrong_type(key, "an array of tables", *node);
+    for (const auto& element : *array) {
+      const toml::table* t = element.as_table();
+      if (!t) throw wrong_type(key + "[" + std::to_string(out.size()) + "]", "a table", element);
+      out.push_back(Config(*t));
+    }
+    return out;
+  }
+
   // Keys present in the table that the plugin never asked about, each with a
   // suggestion from the keys it did ask about.
   std::vector<std::string> unread_keys() const {
@@ -94,6 +112,8 @@ class Config {
   const toml::table& table() const { return table_; }
 
  private:
+  explicit Config(toml::table table) : table_(std::move(table)) {}
+
   template <class T>
   static std::string type_name() {
     if constexpr (std::is_same_v<T, bool>) return "boolean";

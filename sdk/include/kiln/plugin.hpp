@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -228,13 +229,42 @@ class Model : public Plugin {
   virtual void on_epoch_end(Split, const Collected&) {}
 };
 
+// The batch a data module is asked for (kiln_batch_request, ABI 1.4).
+struct BatchRequest {
+  Split split;
+  const int64_t* indices;
+  size_t count;
+  const uint64_t* sample_seeds;  // NULL from a 1.0-1.3 host
+  int64_t epoch;                 // -1 from a 1.0-1.3 host
+
+  // The seed of sample i's random transforms: the host's (the same with any
+  // number of data workers or processes, and after a resume). A 1.0-1.3
+  // host sends none: then one derived from the sample's index alone, the
+  // same in every epoch.
+  uint64_t seed(size_t i) const {
+    if (sample_seeds != nullptr) return sample_seeds[i];
+    uint64_t x = static_cast<uint64_t>(indices[i]) + 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  }
+};
+
 class DataModule : public Plugin {
  public:
   using Plugin::Plugin;
   virtual void prepare_data() {}
   virtual int64_t length(Split split) = 0;
-  // Called on host prefetch threads (see kiln_data_hooks.get_batch).
-  virtual TensorMap get_batch(Split split, const int64_t* indices, size_t count) = 0;
+  // Called on host prefetch threads (see kiln_data_hooks.get_batch). A data
+  // module overrides this one or get_batch_seeded.
+  virtual TensorMap get_batch(Split, const int64_t*, size_t) {
+    throw std::logic_error("this data module implements neither get_batch nor get_batch_seeded");
+  }
+  // The same, with the epoch and a seed per sample (ABI 1.4): override this
+  // one for random transforms (kiln_data_hooks.get_batch_seeded).
+  virtual TensorMap get_batch_seeded(const BatchRequest& request) {
+    return get_batch(request.split, request.indices, request.count);
+  }
 };
 
 class Callback : public Plugin {
@@ -486,12 +516,13 @@ kiln_error* length(kiln_instance* i, kiln_split split, int64_t* out) noexcept {
   return guarded(host_of<T>(i), [&] { *out = self<T>(i).length(static_cast<Split>(split)); });
 }
 template <class T>
-kiln_error* get_batch(kiln_instance* i, kiln_split split, const int64_t* indices, size_t count,
-                      kiln_batch** out) noexcept {
+kiln_error* batch_of(kiln_instance* i, const BatchRequest& request, kiln_batch** out) noexcept {
   const kiln_host* host = host_of<T>(i);
   kiln_batch* batch = nullptr;
   kiln_error* error = guarded(host, [&] {
-    TensorMap tensors = self<T>(i).get_batch(static_cast<Split>(split), indices, count);
+    TensorMap tensors = KILN_SDK_OVERRIDES(T, DataModule, get_batch_seeded)
+                            ? self<T>(i).get_batch_seeded(request)
+                            : self<T>(i).get_batch(request.split, request.indices, request.count);
     batch = host->batch_new(host);
     for (auto& [name, tensor] : tensors) {
       if (kiln_error* e = host->batch_put(host, batch, name.c_str(), release_tensor(std::move(tensor))))
@@ -505,6 +536,16 @@ kiln_error* get_batch(kiln_instance* i, kiln_split split, const int64_t* indices
   *out = batch;
   return nullptr;
 }
+template <class T>
+kiln_error* get_batch(kiln_instance* i, kiln_split split, const int64_t* indices, size_t count,
+                      kiln_batch** out) noexcept {
+  return batch_of<T>(i, BatchRequest{static_cast<Split>(split), indices, count, nullptr, -1}, out);
+}
+template <class T>
+kiln_error* get_batch_seeded(kiln_instance* i, const kiln_batch_request* r, kiln_batch** out) noexcept {
+  return batch_of<T>(i, BatchRequest{static_cast<Split>(r->split), r->indices, r->count, r->sample_seeds, r->epoch},
+                     out);
+}
 
 template <class T>
 const kiln_data_hooks* data_hooks() {
@@ -513,6 +554,7 @@ const kiln_data_hooks* data_hooks() {
       KILN_SDK_OVERRIDES(T, DataModule, prepare_data) ? &prepare_data<T> : nullptr,
       &length<T>,
       &get_batch<T>,
+      KILN_SDK_OVERRIDES(T, DataModule, get_batch_seeded) ? &get_batch_seeded<T> : nullptr,
   };
   return &table;
 }
