@@ -47,7 +47,7 @@ class ModelProxy final : public StepModel {
 class DataModuleProxy {
  public:
   // `activity` (may be null) is told when the main thread calls get_batch
-  // itself (trainer.prefetch = inline).
+  // itself (trainer.data_workers = 0).
   explicit DataModuleProxy(PluginInstance& data, Activity* activity = nullptr) : data_(data), activity_(activity) {}
   int64_t length(kiln_split split);
   [[noreturn]] void refuse(const std::string& hook, const std::string& message) const;

@@ -3,7 +3,7 @@
 // KILN_DATA_CONCURRENT_GET_BATCH one thread calls it at a time. An error from
 // get_batch is rethrown on the main thread when its batch is taken.
 // `gather_inline` makes the same call on the calling thread instead (the
-// main thread, trainer.prefetch = "inline"), with the same checks.
+// main thread, trainer.data_workers = 0), with the same checks.
 //
 // When the run fails (the prefetcher is destroyed while an exception unwinds)
 // a get_batch call that does not return within kAbandonAfter is abandoned:

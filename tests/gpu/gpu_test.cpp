@@ -134,7 +134,7 @@ TEST_F(Gpu, AStepThatFailsWhileTheNextGetBatchIsStuckIsReported) {
       kiln({"fit",
             recorder_manifest(dir, "fail_at = [\"training_step\"]\nwait_for = \"data:get_batch stalls\"",
                               "size = 64\nstall_after = 1\nstall_s = 600", "",
-                              "max_epochs = 1\nbatch_size = 4\nprefetch = \"thread\"\n")
+                              "max_epochs = 1\nbatch_size = 4\ndata_workers = 1\n")
                 .string(),
             "--set", "run.device=cuda"},
            {.timeout = std::chrono::seconds(120)});

@@ -290,7 +290,7 @@ INSTANTIATE_TEST_SUITE_P(
                {"over all ranks", "metrics.collect_limit_mib"}},
         Misuse{"FromAPrefetchThread",
                {"", "path = \"" + probe() + "\"\nid = \"kiln.test.collect_data\"\ncollect_in_get_batch = true\n",
-                "prefetch = \"thread\"\n"},
+                "data_workers = 1\n"},
                1, {"kiln.test.collect_data", "collected 'target'"}}),
     [](const testing::TestParamInfo<Misuse>& info) { return std::string(info.param.name); });
 

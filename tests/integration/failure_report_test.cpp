@@ -256,7 +256,7 @@ TEST(FailureReport, MasterPortInUseIsNamedWithItsCause) {
 
 // training_step fails while the prefetch thread is inside a get_batch that
 // takes 10 minutes: the error is printed and every cleanup hook runs within
-// a bound, on 1 process and on 2. trainer.prefetch = "thread": the case is a
+// a bound, on 1 process and on 2. trainer.data_workers = 1: the case is a
 // prefetch thread's (`auto` may gather inline, where no step runs beside a
 // get_batch; one that stalls there is the main thread's hang, as a stalled
 // training_step is).

@@ -26,7 +26,7 @@ std::filesystem::path probe_manifest(const TempDir& dir, const std::string& trai
                  "\"\nseed = 11\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 8\nhidden = [16]\n"
                  "classes = 2\n\n[data]\npath = \"" + probe + "\"\nrecord = \"" + (dir / "indices.txt").string() +
                  "\"\ntrain_size = " + std::to_string(samples) +
-                 "\n\n[trainer]\nmax_epochs = 1\nbatch_size = 8\nprogress = \"none\"\nprefetch = \"inline\"\n" +
+                 "\n\n[trainer]\nmax_epochs = 1\nbatch_size = 8\nprogress = \"none\"\ndata_workers = 0\n" +
                  trainer_extra + "\n[optimizer]\nname = \"sgd\"\nlr = 0.05\n\n[checkpoint]\nevery_n_steps = 1\n");
   return dir / "run.toml";
 }

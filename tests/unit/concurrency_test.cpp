@@ -439,7 +439,7 @@ TEST_F(PrefetcherTest, GatheringInlineCallsGetBatchOnThisThreadAndNamesThePlugin
   EXPECT_EQ(instance->calls_in_flight(), 0);
 }
 
-// --- sampled batches: trainer.prefetch ------------------------------------------------
+// --- sampled batches: trainer.data_workers ------------------------------------------------
 
 // Every batch of an epoch of `batches` (batch size 1, in order), taken with
 // `step_us` of "training" after each; returns the indices seen.

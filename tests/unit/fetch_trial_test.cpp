@@ -1,4 +1,4 @@
-// trainer.prefetch = "auto": the trial's bookkeeping (train/fetch_trial.hpp),
+// trainer.data_workers = "auto": the trial's bookkeeping (train/fetch_trial.hpp),
 // with made-up step times. The streams that run it are tested with a fake
 // data module in concurrency_test.cpp.
 #include <gtest/gtest.h>
@@ -135,9 +135,9 @@ TEST(FetchTrial, WithoutAMeasurementAThreadOnlyWhereACoreIsLeftOver) {
   EXPECT_GE(kiln::usable_cores(), 1);
 }
 
-// trainer.prefetch = auto on the CPU before anything is measured: inline
+// trainer.data_workers = auto on the CPU before anything is measured: inline
 // only when the intra-op threads fill the cores (a rank's share of them); one
-// process with a core left over runs the trial, whatever prefetch_threads is;
+// process with a core left over runs the trial, whatever the worker count;
 // several processes go by what is left over. The log line says what is true.
 TEST(AutoStart, RunsTheTrialInOneProcessWhenACoreIsLeftOver) {
   using Kind = kiln::AutoStart::Kind;
