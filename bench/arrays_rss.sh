@@ -80,5 +80,5 @@ done
 wait "$pid" || true
 read -r rss_kib seconds <"$dir/time.txt"
 echo "x.npy: $size MiB ($rows rows x 1024 float32); one shuffled epoch in $seconds s"
-echo "peak RSS of kiln: $(( rss_kib / 1024 )) MiB: RssAnon (its own memory) $(( anon / 1024 )) MiB, RssFile (mapped page cache) $(( file / 1024 )) MiB"
+echo "peak RSS of kiln: $(( rss_kib / 1024 )) MiB: RssAnon (its own memory) $(( anon / 1024 )) MiB, RssFile (mapped files: LibTorch's libraries, and data read through a mapping) $(( file / 1024 )) MiB"
 tail -3 "$dir/fit.log"

@@ -681,7 +681,7 @@ std::vector<ArrayView> parse_npz(const std::string& name, const unsigned char* b
   return out;
 }
 
-MappedFile::MappedFile(const std::string& path) {
+MappedFile::MappedFile(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, std::string("cannot be opened: ") + std::strerror(errno));
   struct stat st {};
@@ -699,11 +699,24 @@ MappedFile::MappedFile(const std::string& path) {
     }
     data_ = static_cast<const unsigned char*>(mapped);
   }
-  ::close(fd);
+  fd_ = fd;
 }
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::read_at(uint64_t offset, void* out, size_t size) const {
+  auto* to = static_cast<unsigned char*>(out);
+  while (size > 0) {
+    const ssize_t n = ::pread(fd_, to, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail(path_, n == 0 ? "ends early (changed while the run reads it?)" : std::string("cannot be read: ") + std::strerror(errno));
+    to += n;
+    offset += static_cast<uint64_t>(n);
+    size -= static_cast<size_t>(n);
+  }
 }
 
 ArrayFile ArrayFile::open(const std::string& path) {

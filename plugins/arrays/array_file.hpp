@@ -48,7 +48,10 @@ std::vector<ArrayView> parse_npz(const std::string& name, const unsigned char* b
 // "a, b, c" in sorted order ("none" for none), for messages that list keys.
 std::string key_list(std::vector<std::string> keys);
 
-// A file mapped read-only for as long as any holder keeps it.
+// A file mapped read-only for as long as any holder keeps it, and open for
+// pread: rows read with read_at() go through the page cache without being
+// mapped into the process (its RSS), where reading them through the mapping
+// would count every page touched (docs/data.md, the 4 GiB measurement).
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path);
@@ -57,8 +60,12 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   const unsigned char* data() const { return data_; }
   size_t size() const { return size_; }
+  // `size` bytes at `offset` into `out`; throws ArrayFileError naming the file.
+  void read_at(uint64_t offset, void* out, size_t size) const;
 
  private:
+  std::string path_;
+  int fd_ = -1;
   const unsigned char* data_ = nullptr;
   size_t size_ = 0;
 };

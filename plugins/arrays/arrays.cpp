@@ -78,9 +78,59 @@ at::Tensor tensor_of(const kiln_arrays::ArrayView& view) {
   return t;
 }
 
+// One array of a split. A C-order array stored in its file (a .npy, a
+// safetensors tensor, a stored .npz member) is read row by row with pread:
+// a batch costs its own bytes, and the file's pages stay out of the
+// process's RSS (a 4 GiB file trains in ~100 MiB of RSS; reading through
+// the mapping counted every page touched: bench/arrays_rss.sh). Others (a
+// Fortran-order .npy, an inflated .npz member) are views into memory.
+struct Column {
+  at::Tensor view;                                    // when not read from the file
+  std::shared_ptr<const kiln_arrays::MappedFile> file;  // else pread from here
+  uint64_t offset = 0;                                // of row 0
+  size_t row_bytes = 0;
+  std::vector<int64_t> sizes;                         // [rows, ...]
+  at::ScalarType type = at::kFloat;
+
+  bool defined() const { return view.defined() || file != nullptr; }
+  int64_t dim() const { return view.defined() ? view.dim() : static_cast<int64_t>(sizes.size()); }
+  int64_t rows() const { return view.defined() ? view.size(0) : sizes[0]; }
+  at::ScalarType scalar_type() const { return view.defined() ? view.scalar_type() : type; }
+
+  at::Tensor take(const at::Tensor& index) const {
+    if (view.defined()) return view.index_select(0, index);
+    std::vector<int64_t> out_sizes = sizes;
+    out_sizes[0] = index.numel();
+    at::Tensor out = at::empty(out_sizes, at::TensorOptions().dtype(type));
+    auto* to = static_cast<unsigned char*>(out.data_ptr());
+    const at::Tensor order = index.contiguous();
+    const int64_t* rows = order.data_ptr<int64_t>();
+    for (int64_t i = 0; i < index.numel(); ++i)
+      file->read_at(offset + static_cast<uint64_t>(rows[i]) * row_bytes, to + static_cast<size_t>(i) * row_bytes, row_bytes);
+    return out;
+  }
+};
+
+// An array as a Column: read from its file when it is C-order bytes there.
+Column column_of(const kiln_arrays::ArrayFile& file, const kiln_arrays::ArrayView& view) {
+  Column c;
+  const unsigned char* begin = file.mapping->data();
+  const bool in_file = begin != nullptr && view.data >= begin && view.data + view.bytes <= begin + file.mapping->size();
+  if (view.fortran_order || view.shape.empty() || !in_file || view.shape[0] == 0) {
+    c.view = tensor_of(view);
+    return c;
+  }
+  c.file = file.mapping;
+  c.offset = static_cast<uint64_t>(view.data - begin);
+  c.sizes = view.shape;
+  c.type = scalar_type(view.dtype);
+  c.row_bytes = view.bytes / static_cast<size_t>(view.shape[0]);
+  return c;
+}
+
 struct Split {
   std::vector<kiln_arrays::ArrayFile> files;  // keep the mappings alive
-  at::Tensor input, target;                   // views into them
+  Column input, target;
   at::Tensor rows;                            // int64 row numbers when the split is a subset (val_fraction)
   int64_t length = 0;
 };
@@ -117,9 +167,9 @@ class Arrays final : public kiln::DataModule {
     const Split& data = select(split);
     at::Tensor index = kiln_plugins::sample_index(indices, count, data.length);
     if (data.rows.defined()) index = data.rows.index_select(0, index);
-    kiln::TensorMap batch{{"input", data.input.index_select(0, index).to(at::kFloat)}};
+    kiln::TensorMap batch{{"input", data.input.take(index).to(at::kFloat)}};
     if (data.target.defined()) {
-      const at::Tensor target = data.target.index_select(0, index);
+      const at::Tensor target = data.target.take(index);
       batch.emplace_back("target", c10::isFloatingType(target.scalar_type()) ? target.to(at::kFloat) : target.to(at::kLong));
     }
     return batch;
@@ -155,15 +205,15 @@ class Arrays final : public kiln::DataModule {
       if (input->shape.empty())
         throw kiln_arrays::ArrayFileError("'" + input_file->path + "': '" + input_key_ +
                                           "' is a scalar, not one row per sample");
-      split.input = tensor_of(*input);
-      split.length = split.input.size(0);
+      split.input = column_of(*input_file, *input);
+      split.length = split.input.rows();
       if (!target_key_.empty()) {
         const auto [target_file, target] = find(target_key_);
-        split.target = tensor_of(*target);
-        if (split.target.dim() == 0 || split.target.size(0) != split.length)
+        split.target = column_of(*target_file, *target);
+        if (split.target.dim() == 0 || split.target.rows() != split.length)
           throw kiln_arrays::ArrayFileError(
               "'" + target_file->path + "': '" + target_key_ + "' has " +
-              (split.target.dim() == 0 ? std::string("no rows (a scalar)") : std::to_string(split.target.size(0)) + " rows") +
+              (split.target.dim() == 0 ? std::string("no rows (a scalar)") : std::to_string(split.target.rows()) + " rows") +
               " but '" + input_key_ + "' in '" + input_file->path + "' has " + std::to_string(split.length));
       }
     } catch (const kiln_arrays::ArrayFileError& e) {

@@ -15,6 +15,8 @@ ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string
 }
 
 TEST(FashionMnist, MlpReaches88PercentIn5Epochs) {
+  // The wheel variant trains this manifest in float32 in MlpInBf16MixedIsWithinOnePointOfFloat32.
+  KILN_ONLY_IN_VARIANT("debian");
   TempDir dir;
   const auto manifest = source_dir() / "examples" / "fashion_mnist" / "mlp.toml";
   const ProcessResult r = fit(manifest, {"--set", "run.dir=" + (dir / "run").string(), "--set", "trainer.progress=none"});
