@@ -28,6 +28,7 @@
 #include "csv_table.hpp"
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/by_split.hpp"
+#include "kiln_plugins/class_list.hpp"
 #include "kiln_plugins/held_out.hpp"
 #include "kiln_plugins/sample_index.hpp"
 
@@ -40,25 +41,6 @@ struct Split {
   at::Tensor rows;           // int64 row numbers when the split is a subset (val_fraction)
   int64_t length = 0;
 };
-
-std::string json_string(const std::string& s) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      out += "\\u00";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 class Csv final : public kiln::DataModule {
  public:
@@ -140,10 +122,7 @@ class Csv final : public kiln::DataModule {
   }
 
   void save_classes() const {
-    std::string json = "[";
-    for (size_t i = 0; i < encoding_.names.size(); ++i) json += (i ? ", " : "") + json_string(encoding_.names[i]);
-    json += "]\n";
-    const bool saved = host().write_run_file("classes.json", json);
+    const bool saved = kiln_plugins::save_class_list(host(), encoding_.names);
     host().info(std::to_string(encoding_.names.size()) + " classes in column '" + columns_.target +
                 "', numbered in sorted order" + (saved ? " (<run dir>/" + std::string(kId) + "/classes.json)" : "") +
                 ": " + kiln_csv::name_list(std::vector<std::string>(

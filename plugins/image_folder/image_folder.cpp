@@ -42,6 +42,7 @@
 #include "image_transforms.hpp"
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/by_split.hpp"
+#include "kiln_plugins/class_list.hpp"
 #include "kiln_plugins/held_out.hpp"
 #include "kiln_plugins/one_line.hpp"
 
@@ -58,25 +59,6 @@ struct Split {
   int64_t length = 0;
   const kiln_image::FolderSample& at(int64_t i) const { return samples[static_cast<size_t>(rows.empty() ? i : rows[i])]; }
 };
-
-std::string json_string(const std::string& s) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out = "\"";
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      out += "\\u00";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 std::vector<int> sizes(kiln::Config& t, const std::string& where) {
   std::vector<int> size;
@@ -337,10 +319,7 @@ class ImageFolder final : public kiln::DataModule {
   }
 
   void save_run_files() const {
-    std::string json = "[";
-    for (size_t i = 0; i < classes_.size(); ++i) json += (i ? ", " : "") + json_string(classes_[i]);
-    json += "]\n";
-    const bool saved = host().write_run_file("classes.json", json);
+    const bool saved = kiln_plugins::save_class_list(host(), classes_);
     // The predict split's images, which `kiln predict` names its rows with
     // (train/prediction_table.hpp in the host).
     if (test_.length > 0) {
