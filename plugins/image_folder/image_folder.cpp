@@ -28,7 +28,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <atomic>
 #include <fstream>
 #include <map>
 #include <mutex>

@@ -168,7 +168,7 @@ SampledBatches::SampledBatches(DataModuleProxy data, SamplingSettings settings, 
   DataWorkersInput in;
   in.requested = settings_.data_workers;
   in.requested_depth = settings_.prefetch_batches;
-  in.concurrent = (data_.instance().keep_alive().descriptor->flags & KILN_DATA_CONCURRENT_GET_BATCH) != 0;
+  in.concurrent = (data_.instance().plugin().descriptor->flags & KILN_DATA_CONCURRENT_GET_BATCH) != 0;
   in.on_gpu = !device_.is_cpu();
   in.intra_op_threads = at::get_num_threads();
   in.cores = settings_.cores > 0 ? settings_.cores : usable_cores();
