@@ -74,6 +74,12 @@ int64_t BatchLimit::apply(int64_t available) const {
   return std::clamp<int64_t>(n, 1, available);
 }
 
+int64_t swa_start_epoch(const AveragingConfig& averaging, int64_t max_epochs) {
+  const BatchLimit& start = averaging.start_epoch;
+  if (!start.is_fraction) return start.count;
+  return static_cast<int64_t>(start.fraction * static_cast<double>(std::max<int64_t>(max_epochs, 0)));
+}
+
 PluginSearchPath PluginSearchPath::from_environment() {
   PluginSearchPath search;
   auto add = [&](fs::path dir) {

@@ -81,6 +81,11 @@ struct TrainerConfig {
   // number of batches; 1.0 = at the epoch's end only.
   BatchLimit val_check_interval;
   bool predictions_text = false;    // `kiln predict` also writes predictions.txt (uint8 rows as text)
+  int64_t num_sanity_val_steps = 2; // validation batches before the first training step; -1 = all, 0 = off
+  // Train and validate on the same first batches of the training split, in
+  // order: a count, or a fraction of the split; 0 = off.
+  BatchLimit overfit_batches{false, 0.0, 0};
+  NonfiniteMode detect_nonfinite = NonfiniteMode::raise;
 };
 
 // One [[optimizer.groups]] entry: the parameters its glob patterns match
@@ -165,6 +170,25 @@ struct MetricsConfig {
   int64_t collect_limit_mib = 0;  // 0: an eighth of the machine's memory
 };
 
+// [profiler] (docs/profiling.md).
+struct ProfilerConfig {
+  ProfilerKind kind = ProfilerKind::none;
+};
+
+// [averaging]: EMA or SWA weights beside the trained ones (docs/training.md).
+struct AveragingConfig {
+  AveragingKind kind = AveragingKind::none;
+  double decay = 0.999;          // ema: avg = decay * avg + (1 - decay) * w
+  int64_t start_step = 0;        // ema: updated from this optimizer step on (a copy of the weights before)
+  BatchLimit start_epoch{true, 0.8, 0};  // swa: an epoch, or a fraction of max_epochs (Lightning's 0.8)
+  double swa_lr = 0.0;           // swa: the learning rate from start_epoch on; 0 = the schedule's
+  int64_t annealing_epochs = 0;  // swa: epochs of cosine annealing to swa_lr; 0 = at once
+};
+
+// SWA's first averaged epoch: start_epoch, or its fraction of max_epochs
+// (truncated, as Lightning's int(0.8 * max_epochs)).
+int64_t swa_start_epoch(const AveragingConfig& averaging, int64_t max_epochs);
+
 struct Manifest {
   std::filesystem::path file;       // the manifest itself (absolute)
   std::string text;                 // the manifest as read, with overrides applied (for checkpoints)
@@ -179,6 +203,8 @@ struct Manifest {
   DistributedConfig distributed;
   LoggingConfig logging;
   MetricsConfig metrics;
+  ProfilerConfig profiler;
+  AveragingConfig averaging;
 };
 
 // Where bare plugin names (`path = "kiln_mlp"`) are looked up, in order.

@@ -108,6 +108,17 @@ void declare_trainer_loop_keys(TableDeclaration<TrainerConfig>& trainer) {
   trainer.key("fast_dev_run", &TrainerConfig::fast_dev_run,
               "N > 0 (true = 1): N batches of train, val and test, one epoch, no checkpoints")
       .kind(ValueKind::flag_or_count);
+  trainer.key("num_sanity_val_steps", &TrainerConfig::num_sanity_val_steps,
+              "validation batches each rank runs before the first training step of a fresh fit (not on resume), "
+              "logging nothing, so a bug in validation_step shows in seconds; -1 = the whole split, 0 = off")
+      .at_least(-1);
+  trainer.key("overfit_batches", &TrainerConfig::overfit_batches,
+              "train and validate on the same first batches of the training split, unshuffled (a count, or a "
+              "fraction of the split): can the model memorise them? 0 = off");
+  trainer.key("detect_nonfinite", &TrainerConfig::detect_nonfinite,
+              "a NaN/inf training loss or gradient norm, found at the log points without a per-step read-back: "
+              "`raise` ends the run naming the steps (no checkpoint of non-finite weights is committed), `warn` "
+              "says so and trains on, `off` does not look");
 }
 
 // [trainer]'s data loading, progress, precision, time limit and output.
@@ -309,12 +320,49 @@ TableSchema declare_metrics_table() {
   return metrics.done();
 }
 
+TableSchema declare_profiler_table() {
+  TableDeclaration<ProfilerConfig> profiler("profiler", &Manifest::profiler,
+                                            "Where the fit's time goes, per phase (docs/profiling.md)");
+  profiler.key("kind", &ProfilerConfig::kind,
+               "`simple`: a table per phase at the fit's end (the slowest rank's, with the spread over ranks); "
+               "`trace`: also a Chrome trace-event file per rank, trace.rank<N>.json in the run directory "
+               "(Perfetto, chrome://tracing); `none`: off");
+  return profiler.done();
+}
+
+TableSchema declare_averaging_table() {
+  TableDeclaration<AveragingConfig> averaging(
+      "averaging", &Manifest::averaging,
+      "Averaged weights kept beside the trained ones, used for validation, test, predict and export "
+      "(docs/training.md)");
+  averaging.key("kind", &AveragingConfig::kind,
+                "`ema`: an exponential moving average, updated after each optimizer step; `swa`: stochastic weight "
+                "averaging, the mean of the weights at each epoch's end from start_epoch on; `none`: off");
+  averaging.key("decay", &AveragingConfig::decay, "ema: average = decay * average + (1 - decay) * weights")
+      .allowed("a float in (0.0, 1.0)");
+  averaging.key("start_step", &AveragingConfig::start_step,
+                "ema: the optimizer step from which the average is updated; before it, it is the weights")
+      .at_least(0);
+  averaging.key("start_epoch", &AveragingConfig::start_epoch,
+                "swa: the first epoch whose end is averaged, an epoch number (integer) or a fraction of "
+                "trainer.max_epochs (float)")
+      .allowed("an integer >= 0 (an epoch) or a float in [0.0, 1.0] (a fraction of max_epochs)");
+  averaging.key("swa_lr", &AveragingConfig::swa_lr,
+                "swa: the learning rate from start_epoch on (every parameter group); 0 = the schedule's")
+      .at_least(0.0);
+  averaging.key("annealing_epochs", &AveragingConfig::annealing_epochs,
+                "swa: epochs of cosine annealing from the scheduled rate to swa_lr; 0 = swa_lr at once")
+      .at_least(0);
+  return averaging.done();
+}
+
 // In the order of the reference: an array of tables right after the table
 // that holds it.
 std::vector<TableSchema> declare_schema() {
   return {declare_run_table(),       declare_trainer_table(),    declare_optimizer_table(),
           declare_optimizer_groups_table(), declare_scheduler_table(), declare_checkpoint_table(),
-          declare_distributed_table(), declare_logging_table(), declare_metrics_table()};
+          declare_distributed_table(), declare_logging_table(), declare_metrics_table(),
+          declare_profiler_table(),  declare_averaging_table()};
 }
 
 std::vector<KeySchema> declare_plugin_host_keys() {

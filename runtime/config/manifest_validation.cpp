@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string> kAllTables = {"run",       "model",     "data",       "callbacks",  "trainer",
                                              "optimizer", "scheduler", "checkpoint", "distributed",
-                                             "logging"};
+                                             "logging", "metrics", "profiler", "averaging"};
 
 class Validator {
  public:
@@ -353,6 +353,8 @@ class Validator {
            ": optimizer.nesterov = true needs optimizer.momentum > 0 (set momentum, e.g. 0.9, or nesterov = false)");
     }
     check_optimizer_groups();
+    check_overfit_batches();
+    check_averaging();
     if (m.checkpoint.enabled && m.checkpoint.monitor.empty() && m.checkpoint.save_top_k > 1) {
       fail(where_key("checkpoint", "save_top_k") + ": checkpoint.save_top_k = " +
            std::to_string(m.checkpoint.save_top_k) +
@@ -362,6 +364,58 @@ class Validator {
       fail(where_key("distributed", "backend") +
            ": distributed.backend = 'nccl' needs a CUDA device (set run.device = \"cuda\", or backend = \"gloo\")");
     }
+  }
+
+  static bool is_zero(const BatchLimit& limit) { return limit.is_fraction ? limit.fraction == 0.0 : limit.count == 0; }
+
+  // overfit_batches decides the training and validation batches itself.
+  void check_overfit_batches() const {
+    if (is_zero(m.trainer.overfit_batches)) return;
+    for (const char* key : {"limit_train_batches", "limit_val_batches", "fast_dev_run"}) {
+      if (!has_key("trainer", key)) continue;
+      fail(where_key("trainer", key) + ": trainer." + key +
+           " cannot be set with trainer.overfit_batches, which trains and validates on the same first batches of "
+           "the training split (remove one of them)");
+    }
+  }
+
+  // [averaging]: the keys of its kind only, with values it can honour.
+  void check_averaging() const {
+    const AveragingConfig& a = m.averaging;
+    const std::vector<std::string> ema_keys{"decay", "start_step"};
+    const std::vector<std::string> swa_keys{"start_epoch", "swa_lr", "annealing_epochs"};
+    const std::string kind = option_name(a.kind);
+    for (const auto* keys : {&ema_keys, &swa_keys}) {
+      const bool own = (keys == &ema_keys) == (a.kind == AveragingKind::ema) && a.kind != AveragingKind::none;
+      if (own) continue;
+      for (const std::string& key : *keys)
+        if (has_key("averaging", key))
+          fail(where_key("averaging", key) + ": averaging." + key + " is not read with averaging.kind = '" + kind +
+               "' (it is for " + (keys == &ema_keys ? "ema" : "swa") + ")");
+    }
+    if (a.kind == AveragingKind::ema && !(a.decay > 0.0 && a.decay < 1.0))
+      fail(where_key("averaging", "decay") + ": averaging.decay must be in (0.0, 1.0), not " + float_text(a.decay) +
+           " (0.999 is usual; 1 would never move, 0 would be the weights themselves)");
+    if (a.kind != AveragingKind::swa) return;
+    const int64_t max_epochs = m.trainer.max_epochs;
+    if (a.start_epoch.is_fraction && max_epochs < 0)
+      fail(where_key("averaging", has_key("averaging", "start_epoch") ? "start_epoch" : "kind") +
+           ": averaging.start_epoch = " + float_text(a.start_epoch.fraction) +
+           " is a fraction of trainer.max_epochs, which is -1 (no limit): set max_epochs, or start_epoch to an epoch "
+           "number");
+    const int64_t start = swa_start_epoch(a, max_epochs);
+    if (max_epochs >= 0 && start >= max_epochs)
+      fail(where_key("averaging", has_key("averaging", "start_epoch") ? "start_epoch" : "kind") +
+           ": SWA would start at epoch " + std::to_string(start) + " of a fit of " + std::to_string(max_epochs) +
+           " epochs (0-based) and never average: set averaging.start_epoch below trainer.max_epochs");
+    if (a.annealing_epochs > 0 && a.swa_lr == 0.0)
+      fail(where_key("averaging", "annealing_epochs") +
+           ": averaging.annealing_epochs anneals to averaging.swa_lr, which is not set (set swa_lr > 0, or remove "
+           "annealing_epochs)");
+    if (m.scheduler.interval == SchedulerInterval::step && a.swa_lr > 0.0 && m.scheduler.name != SchedulerName::none)
+      fail(where_key("averaging", "swa_lr") +
+           ": averaging.swa_lr replaces the learning-rate schedule at epoch boundaries, but [scheduler] interval = "
+           "'step' sets the rate every step (use interval = 'epoch', or leave swa_lr unset to keep the schedule)");
   }
 
   // Each group sets only options its optimizer reads (an option the

@@ -33,6 +33,13 @@ enum class GradientCompression { none, bf16, fp16 };
 // Lightning's names: full float32, bfloat16 autocast, float16 autocast with a
 // gradient scaler.
 enum class Precision { fp32, bf16_mixed, fp16_mixed };
+// What a non-finite training loss or gradient norm does (train/nonfinite_watch.hpp).
+enum class NonfiniteMode { off, warn, raise };
+// Where the fit's time went (train/profiler.hpp): nothing, a table at the
+// end, or a Chrome trace per rank.
+enum class ProfilerKind { none, simple, trace };
+// Averaged weights kept beside the trained ones (train/weight_averaging.hpp).
+enum class AveragingKind { none, ema, swa };
 
 // The names a manifest writes, index = the enum's value.
 template <class Option>
@@ -86,6 +93,19 @@ struct OptionNames<GradientCompression> {
 template <>
 struct OptionNames<Precision> {
   static constexpr std::array<const char*, 3> names{"32", "bf16-mixed", "16-mixed"};
+};
+
+template <>
+struct OptionNames<NonfiniteMode> {
+  static constexpr std::array<const char*, 3> names{"off", "warn", "raise"};
+};
+template <>
+struct OptionNames<ProfilerKind> {
+  static constexpr std::array<const char*, 3> names{"none", "simple", "trace"};
+};
+template <>
+struct OptionNames<AveragingKind> {
+  static constexpr std::array<const char*, 3> names{"none", "ema", "swa"};
 };
 
 // How many values a closed set has (for tables indexed by it).

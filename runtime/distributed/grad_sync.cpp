@@ -44,7 +44,8 @@ class CompressedAllReduce final : public c10d::CommHookInterface {
 }  // namespace
 
 GradSync::GradSync(ProcessGroup& group, const std::vector<at::Tensor>& parameters,
-                   const std::vector<std::string>& names, GradientCompression compression) {
+                   const std::vector<std::string>& names, GradientCompression compression)
+    : group_(&group) {
   reducer_ =
       c10d_compat::make_reducer(parameters, names, group.gradient_group(), kBucketBytes, kFirstBucketBytes);
   if (compression == GradientCompression::none) return;
@@ -63,6 +64,11 @@ GradSync::GradSync(ProcessGroup& group, const std::vector<at::Tensor>& parameter
 }
 
 GradSync::~GradSync() = default;
+
+std::pair<double, int64_t> GradSync::waited() const {
+  const ProcessGroup::GradientWaits w = group_->gradient_waits();
+  return {w.seconds, w.calls};
+}
 
 void GradSync::before_forward() { reducer_->prepare_for_forward(); }
 

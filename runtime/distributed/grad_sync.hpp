@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -35,8 +36,12 @@ class GradSync {
   // Call before loss.backward(). `sync` false accumulates locally (gradient
   // accumulation's early micro-batches), like DDP's no_sync().
   void before_backward(const at::Tensor& loss, bool sync);
+  // Seconds waited for other ranks in the all-reduce so far, and its calls
+  // (the shared-memory transport's; Gloo's: zeros).
+  std::pair<double, int64_t> waited() const;
 
  private:
+  ProcessGroup* group_;
   std::shared_ptr<c10d::Reducer> reducer_;
 };
 

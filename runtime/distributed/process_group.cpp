@@ -311,6 +311,12 @@ std::string ProcessGroup::gradient_stats() const {
   return text;
 }
 
+ProcessGroup::GradientWaits ProcessGroup::gradient_waits() const {
+  if (!shm_) return {};
+  const ShmAllReduce::Stats s = shm_->stats();
+  return {s.waiting_s, static_cast<int64_t>(s.calls)};
+}
+
 std::string ProcessGroup::gradient_transport() const {
   if (grads_) return "shared memory";
   return group_ == control_ ? "Gloo" : "NCCL";

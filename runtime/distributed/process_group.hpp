@@ -54,6 +54,14 @@ class ProcessGroup {
   std::string gradient_transport() const;
   // With shared memory: how the all-reduce's time split so far, one line; else "".
   std::string gradient_stats() const;
+  // The gradient all-reduce's time waiting for other ranks so far, and its
+  // calls: measured by the shared-memory all-reduce only (Gloo's waits stay
+  // inside backward: zeros).
+  struct GradientWaits {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  GradientWaits gradient_waits() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // barrier and all_reduce_sum run on the Gloo control group (all_reduce_sum

@@ -60,6 +60,8 @@ class MetricStore {
   // pending (reduce and export_pending do not see them) and come back.
   void set_aside();
   void take_back();
+  // Forgets what is pending (the latest values stay).
+  void discard_pending() { pending_.clear(); }
 
   std::optional<double> latest(const std::string& name) const;
   const std::map<std::string, double>& latest() const { return latest_; }

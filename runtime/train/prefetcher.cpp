@@ -1,5 +1,7 @@
 #include "train/prefetcher.hpp"
 
+#include "train/profiler.hpp"
+
 #include <algorithm>
 #include <string>
 #include <condition_variable>
@@ -153,7 +155,9 @@ void Prefetcher::State::work() {
       b = next_to_claim++;
     }
     kiln_batch* out = nullptr;
+    const auto called = request.profiler ? Profiler::Clock::now() : Profiler::Clock::time_point{};
     kiln_error* error = call_get_batch(keep, request.split, *request.plan, b, &out);
+    if (request.profiler) request.profiler->worker_event("get_batch", called, Profiler::Clock::now());
     {
       std::lock_guard<std::mutex> lock(mutex);
       if (abandoned) {

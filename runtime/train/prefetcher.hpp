@@ -26,6 +26,8 @@
 
 namespace kiln {
 
+class Profiler;
+
 class Activity;
 
 // What every get_batch call of one stream shares: the data module, the
@@ -36,6 +38,9 @@ struct BatchRequest {
   kiln_split split;
   std::shared_ptr<const BatchPlan> plan;
   std::function<void(kiln_batch&)> prepare;
+  // [profiler] trace: the worker threads' get_batch calls (shared: a worker
+  // abandoned in a stuck get_batch may outlive the run's loops).
+  std::shared_ptr<Profiler> profiler = nullptr;
 };
 
 // Batch `b` of the plan, fetched on this thread: get_batch (serialized with

@@ -11,6 +11,7 @@
 #include "plugin/host_objects.hpp"
 #include "train/data_workers.hpp"
 #include "train/prefetcher.hpp"
+#include "train/profiler.hpp"
 #include "train/sample_seed.hpp"
 #include "train/sampler.hpp"
 
@@ -65,6 +66,7 @@ class Fetched final : public BatchStream {
     if (!mover_->moves()) return fetch();
     if (!staged_) stage();
     BatchPtr batch = std::move(staged_);
+    ProfileScope timed(request_.profiler.get(), Phase::host_to_device);
     mover_->finish(*batch);
     // The next batch's copy is issued now, before this batch's step, when
     // a prefetch thread already has it: it runs on the copy stream while the
@@ -188,11 +190,14 @@ SampledBatches::SampledBatches(DataModuleProxy data, SamplingSettings settings, 
 FetchMode SampledBatches::mode() const { return trial_ ? trial_->mode() : fixed_; }
 
 int64_t SampledBatches::batches_per_epoch(kiln_split split, const EpochSpec& spec) {
-  return sampler_options(settings_, split, spec, length(split)).max_batches;
+  return sampler_options(settings_, source(split), spec, length(split)).max_batches;
 }
 
-std::unique_ptr<BatchStream> SampledBatches::open(kiln_split split, const EpochSpec& spec, int64_t epoch,
+std::unique_ptr<BatchStream> SampledBatches::open(kiln_split asked, const EpochSpec& spec, int64_t epoch,
                                                   int64_t first_sample) {
+  // Overfitting validates on the training split's batches: the same
+  // sampling, and the per-sample seeds of the training split's epoch.
+  const kiln_split split = source(asked);
   const int64_t n = length(split);
   SamplerOptions options = sampler_options(settings_, split, spec, n);
   options.first_sample = first_sample;  // a resumed epoch continues where it stopped
@@ -211,7 +216,7 @@ std::unique_ptr<BatchStream> SampledBatches::open(kiln_split split, const EpochS
   // Only training runs the trial: its steps are the ones that repeat.
   FetchTrial* trial = split == KILN_SPLIT_TRAIN && trial_ && trial_->running() ? &*trial_ : nullptr;
   return std::make_unique<Fetched>(
-      BatchRequest{data_.instance(), split, std::make_shared<const BatchPlan>(std::move(plan)), {}}, threads_,
+      BatchRequest{data_.instance(), split, std::make_shared<const BatchPlan>(std::move(plan)), {}, profiler_}, threads_,
       depth_, device_, mode(), trial, data_.activity());
 }
 

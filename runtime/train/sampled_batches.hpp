@@ -33,7 +33,7 @@ class SampledBatches final : public BatchSource {
   // a measurement goes by the cores they leave over.
   SampledBatches(DataModuleProxy data, SamplingSettings settings, c10::Device device);
 
-  int64_t length(kiln_split split) override { return data_.length(split); }
+  int64_t length(kiln_split split) override { return data_.length(source(split)); }
   int64_t batches_per_epoch(kiln_split split, const EpochSpec& spec) override;
   std::unique_ptr<BatchStream> open(kiln_split split, const EpochSpec& spec, int64_t epoch,
                                     int64_t first_sample) override;
@@ -43,6 +43,13 @@ class SampledBatches final : public BatchSource {
   // or batch size saved inside it (train/sampler.hpp, saved_elsewhere).
   void continue_epoch_saved_elsewhere(int64_t epoch) { saved_elsewhere_epoch_ = epoch; }
 
+  // trainer.overfit_batches: the validation split is the training split's
+  // batches, sampled as training samples them.
+  void validate_on_training_split() { val_from_train_ = true; }
+
+  // [profiler]: host-to-device copies, and the workers' get_batch calls.
+  void profile_with(std::shared_ptr<Profiler> profiler) { profiler_ = std::move(profiler); }
+
   // How batches are fetched now (the decision of `auto` once its trial ran).
   FetchMode mode() const;
   // data_workers = auto: its trial (null when the count is fixed, when the
@@ -51,7 +58,13 @@ class SampledBatches final : public BatchSource {
   const FetchTrial* trial() const { return trial_ ? &*trial_ : nullptr; }
 
  private:
+  kiln_split source(kiln_split split) const {
+    return split == KILN_SPLIT_VAL && val_from_train_ ? KILN_SPLIT_TRAIN : split;
+  }
+
   DataModuleProxy data_;
+  bool val_from_train_ = false;
+  std::shared_ptr<Profiler> profiler_;
   SamplingSettings settings_;
   c10::Device device_;
   EpochOrders orders_;  // the training order's generator, kept from epoch to epoch

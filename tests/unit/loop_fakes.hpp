@@ -123,6 +123,7 @@ struct FakeCollector final : StepCollector {
     collection.clear();
     rows_per_epoch.push_back(merged.front().second.size(0));
   }
+  void discard(kiln_split) override { collection.clear(); }
 };
 
 struct FakeEvents final : EventSink {
@@ -158,6 +159,10 @@ struct FakeMetrics final : MetricSink {
     store.set_aside();
   }
   void take_back() override { store.take_back(); }
+  void discard() override {
+    if (on_device) on_device->flush_into(store);
+    store.discard_pending();
+  }
 };
 
 // Counts reads of a tensor's value by the host (item(), and everything else

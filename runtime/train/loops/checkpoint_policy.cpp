@@ -4,7 +4,7 @@ namespace kiln {
 
 std::optional<StopReason> CheckpointPolicy::after_step(const TrainPosition& here) {
   const bool scheduled = every_n_steps_ > 0 && here.global_step % every_n_steps_ == 0;
-  if (scheduled) control_.save_checkpoint(here);
+  if (scheduled) save(here);
   return settle(stop_.after_step(control_, here.global_step), here, scheduled);
 }
 
@@ -14,7 +14,7 @@ std::optional<StopReason> CheckpointPolicy::after_step(const TrainPosition& here
 std::optional<StopReason> CheckpointPolicy::after_epoch(int64_t epochs_done, const TrainPosition& next,
                                                         bool cut_short) {
   const bool scheduled = every_n_epochs_ > 0 && next.next_batch == 0 && epochs_done % every_n_epochs_ == 0;
-  if (scheduled) control_.save_checkpoint(next);
+  if (scheduled) save(next);
   return settle(stop_.after_epoch(control_, epochs_done, next.global_step), next, scheduled || cut_short);
 }
 
@@ -22,8 +22,13 @@ std::optional<StopReason> CheckpointPolicy::settle(std::optional<StopReason> sto
                                                    bool saved) {
   if (stop == StopReason::preempted) control_.preempted(at);
   // Out of time: the run can go on from here with --resume last.
-  if (stop == StopReason::max_time && !saved && control_.checkpointing()) control_.save_checkpoint(at);
+  if (stop == StopReason::max_time && !saved && control_.checkpointing()) save(at);
   return stop;
+}
+
+void CheckpointPolicy::save(const TrainPosition& at) {
+  ProfileScope timed(profiler_, Phase::checkpoint);
+  control_.save_checkpoint(at);
 }
 
 }  // namespace kiln

@@ -16,8 +16,13 @@ namespace kiln {
 class CheckpointPolicy {
  public:
   // 0: no checkpoints on that schedule.
-  CheckpointPolicy(RunControl& control, StopCondition& stop, int64_t every_n_steps, int64_t every_n_epochs)
-      : control_(control), stop_(stop), every_n_steps_(every_n_steps), every_n_epochs_(every_n_epochs) {}
+  CheckpointPolicy(RunControl& control, StopCondition& stop, int64_t every_n_steps, int64_t every_n_epochs,
+                   Profiler* profiler = nullptr)
+      : control_(control),
+        stop_(stop),
+        every_n_steps_(every_n_steps),
+        every_n_epochs_(every_n_epochs),
+        profiler_(profiler) {}
 
   // After an optimizer step; `here` is where a resumed run would continue.
   std::optional<StopReason> after_step(const TrainPosition& here);
@@ -28,10 +33,12 @@ class CheckpointPolicy {
 
  private:
   std::optional<StopReason> settle(std::optional<StopReason> stop, const TrainPosition& at, bool saved);
+  void save(const TrainPosition& at);
 
   RunControl& control_;
   StopCondition& stop_;
   int64_t every_n_steps_, every_n_epochs_;
+  Profiler* profiler_;
 };
 
 }  // namespace kiln

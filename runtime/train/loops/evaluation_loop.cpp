@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <ATen/core/grad_mode.h>
 
+#include "plugin/plugin_instance.hpp"
 #include "train/progress.hpp"
 #include "util/errors.hpp"
 
@@ -24,7 +25,7 @@ std::map<std::string, double> EvaluationLoop::run(int64_t epoch) {
   const bool is_val = split_ == KILN_SPLIT_VAL;
   const kiln_stage stage = is_val ? (standalone_ ? KILN_STAGE_VALIDATE : KILN_STAGE_FIT) : KILN_STAGE_TEST;
   if (c.data.length(split_) == 0) c.data.refuse_empty(split_, fmt::format("the {} split is empty", split_name(split_)));
-  if (is_val) c.events.notify(Event::validation_start, c.progress_at(stage, epoch, -1));
+  if (is_val) c.notify(Event::validation_start, c.progress_at(stage, epoch, -1));
   {
     at::NoGradGuard no_grad;
     std::unique_ptr<BatchStream> batches = c.data.open(split_, spec_, 0, 0);
@@ -43,9 +44,47 @@ std::map<std::string, double> EvaluationLoop::run(int64_t epoch) {
   }
   auto metrics = c.metrics.reduce();
   if (standalone_ || !is_val) spdlog::info("{}:{}", split_name(split_), format_metrics(metrics));
-  c.events.notify(is_val ? Event::validation_end : Event::test_end, c.progress_at(stage, epoch, -1));
+  c.notify(is_val ? Event::validation_end : Event::test_end, c.progress_at(stage, epoch, -1));
   if (standalone_) c.control.log_row(LogRow{LogRow::Kind::epoch, 0, c.global_step, metrics});
   return metrics;
+}
+
+void EvaluationLoop::sanity_check(int64_t max_batches) {
+  LoopContext& c = context_;
+  if (c.data.length(split_) == 0) return;
+  EpochSpec spec = spec_;
+  // Only the batches it runs are planned (and fetched ahead).
+  int64_t n = c.data.batches_per_epoch(split_, spec);
+  if (max_batches >= 0) n = std::min(n, max_batches);
+  spec.limit = BatchLimit{false, 1.0, n};
+  c.metrics.set_aside();
+  {
+    at::NoGradGuard no_grad;
+    std::unique_ptr<BatchStream> batches = c.data.open(split_, spec, 0, 0);
+    n = batches->size();
+    c.progress.begin("sanity check", n);
+    for (int64_t b = 0; b < n; ++b) {
+      c.control.check_signal();
+      try {
+        BatchPtr batch = batches->next();
+        if (c.collector) c.collector->begin_step(split_, batches->sample_indices(b), b);
+        c.model.evaluation_step(split_, *batch, b);
+        if (c.collector) c.collector->end_step(split_);
+      } catch (const HookError& e) {
+        throw HookError(e.plugin_id(), e.slot(), e.hook(),
+                        e.message() + fmt::format(" (in the sanity check before the first training step: {} batch {} "
+                                                  "of {}; trainer.num_sanity_val_steps = 0 skips it)",
+                                                  split_name(split_), b, n),
+                        e.code());
+      }
+      c.progress.step(b);
+    }
+    c.progress.end();
+  }
+  if (c.collector) c.collector->discard(split_);
+  c.metrics.discard();
+  c.metrics.take_back();
+  spdlog::info("sanity check: {} {} batch{} passed", n, split_name(split_), n == 1 ? "" : "es");
 }
 
 }  // namespace kiln

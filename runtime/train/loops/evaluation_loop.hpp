@@ -20,6 +20,13 @@ class EvaluationLoop {
   // Runs the pass; `epoch` is the fit epoch it belongs to (for callbacks).
   std::map<std::string, double> run(int64_t epoch = 0);
 
+  // Lightning's sanity check: the first `max_batches` batches of this rank
+  // (-1: all) through the model's step before training starts, so a bug
+  // there shows in seconds. No callback events, no collected rows, no
+  // collective: what the steps record is dropped, and a step's failure says
+  // it happened in the sanity check.
+  void sanity_check(int64_t max_batches);
+
  private:
   LoopContext& context_;
   kiln_split split_;

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 
+#include "train/nonfinite_watch.hpp"
 #include "train/optim.hpp"
 #include "util/activity.hpp"
 
@@ -15,7 +16,8 @@ FitLoop::FitLoop(LoopContext& context, const FitSettings& settings, Optimization
       settings_(settings),
       optimization_(optimization),
       stop_(stop),
-      policy_(context.control, stop, settings.training.checkpoint_every_n_steps, settings.checkpoint_every_n_epochs),
+      policy_(context.control, stop, settings.training.checkpoint_every_n_steps, settings.checkpoint_every_n_epochs,
+              context.profiler),
       epoch_loop_(context, settings.training, optimization, stop, policy_) {}
 
 void FitLoop::run(const TrainPosition& start) {
@@ -23,11 +25,19 @@ void FitLoop::run(const TrainPosition& start) {
   const LrSchedule& schedule = optimization_.schedule;
   position_ = start;
   c.global_step = start.global_step;
+  if (optimization_.nonfinite) optimization_.nonfinite->start(start.global_step);
   if (c.activity) c.activity->at_step(c.global_step);
   schedule.apply(optimization_.optimizer, schedule.per_step() ? c.global_step : start.epoch);
   validates_ = c.model.has_step(KILN_SPLIT_VAL) && settings_.check_val_every_n_epoch > 0 &&
                c.data.length(KILN_SPLIT_VAL) > 0;
-  c.events.notify(Event::fit_start, c.progress_at(KILN_STAGE_FIT, 0, -1));
+  if (c.profiler) c.profiler->begin_fit();
+  c.notify(Event::fit_start, c.progress_at(KILN_STAGE_FIT, 0, -1));
+  // Lightning's order: after on_fit_start, before the first training batch
+  // and before max_time starts counting.
+  if (validates_ && settings_.sanity_val_steps != 0) {
+    ProfileScope timed(c.profiler, Phase::validation);
+    EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).sanity_check(settings_.sanity_val_steps);
+  }
   stop_.start_clock();
   const auto fit_started = std::chrono::steady_clock::now();
   int64_t epoch = start.epoch;
@@ -38,18 +48,22 @@ void FitLoop::run(const TrainPosition& start) {
   }
   // A checkpoint still being written is durable before fit ends (and before
   // a test after fit, which may look for it).
-  c.control.finish_checkpoints();
+  {
+    ProfileScope timed(c.profiler, Phase::checkpoint);
+    c.control.finish_checkpoints();
+  }
   // What bench/async_ckpt.sh reads: the loop's time, checkpoints included.
   spdlog::debug("fit: {} steps in {:.3f} s", c.global_step - start.global_step,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_started).count());
-  c.events.notify(Event::fit_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
+  c.notify(Event::fit_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
+  if (c.profiler) c.profiler->end_fit();
   spdlog::info("fit done: {} epochs, {} steps ({})", epoch, c.global_step, stop_.describe());
   if (settings_.test_after_fit && c.model.has_step(KILN_SPLIT_TEST)) test_after_fit(epoch);
 }
 
 bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
   LoopContext& c = context_;
-  c.events.notify(Event::train_epoch_start, c.progress_at(KILN_STAGE_FIT, epoch, -1));
+  c.notify(Event::train_epoch_start, c.progress_at(KILN_STAGE_FIT, epoch, -1));
   const auto started = std::chrono::steady_clock::now();
   const bool validating_epoch = validates_ && (epoch + 1) % settings_.check_val_every_n_epoch == 0;
   TrainingEpochLoop::MidEpochValidation mid_epoch{settings_.val_check_interval,
@@ -57,21 +71,30 @@ bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
   const auto result = epoch_loop_.run(epoch, first_sample, validating_epoch ? &mid_epoch : nullptr);
   // The epoch's collected rows, before its metrics are reduced: what
   // on_epoch_end logs is in the epoch's row.
-  if (c.collector) c.collector->end_epoch(KILN_SPLIT_TRAIN, c.progress_at(KILN_STAGE_FIT, epoch, -1));
-  // After the metrics are read back: on a GPU that copy waits for the
-  // epoch's queued work, so the time is the device's, not the launches'.
-  LogRow row{LogRow::Kind::epoch, epoch, 0, c.metrics.reduce()};
+  LogRow row{LogRow::Kind::epoch, epoch, 0, {}};
+  {
+    ProfileScope timed(c.profiler, Phase::logging);
+    if (c.collector) c.collector->end_epoch(KILN_SPLIT_TRAIN, c.progress_at(KILN_STAGE_FIT, epoch, -1));
+    // After the metrics are read back: on a GPU that copy waits for the
+    // epoch's queued work, so the time is the device's, not the launches'.
+    row.metrics = c.metrics.reduce();
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (validating_epoch)
+  if (validating_epoch) {
+    ProfileScope timed(c.profiler, Phase::validation);
     for (auto& [name, value] : EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch))
       row.metrics[name] = value;
-  c.events.notify(Event::train_epoch_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
+  }
+  c.notify(Event::train_epoch_end, c.progress_at(KILN_STAGE_FIT, epoch, -1));
   spdlog::info("epoch {}{}{}  ({:.2f} s, {:.0f} samples/s)", epoch,
                c.max_epochs > 0 ? fmt::format("/{}", c.max_epochs - 1) : "", format_metrics(row.metrics), seconds,
                static_cast<double>(result.samples) / seconds);
   row.step = c.global_step;
   row.metrics["epoch_seconds"] = seconds;
-  c.control.log_row(row);
+  {
+    ProfileScope timed(c.profiler, Phase::logging);
+    c.control.log_row(row);
+  }
 
   const LrSchedule& schedule = optimization_.schedule;
   if (!schedule.per_step()) schedule.apply(optimization_.optimizer, epoch + 1);
@@ -98,6 +121,7 @@ int64_t FitLoop::first_sample(const TrainPosition& start) const {
 
 void FitLoop::validate_mid_epoch(int64_t epoch, int64_t batch) {
   LoopContext& c = context_;
+  ProfileScope timed(c.profiler, Phase::validation);
   c.metrics.set_aside();
   std::map<std::string, double> row = EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch);
   c.metrics.take_back();

@@ -21,6 +21,7 @@ struct FitSettings {
   bool test_after_fit = false;
   EpochSpec test;
   int64_t checkpoint_every_n_epochs = 0;  // 0: no epoch checkpoints
+  int64_t sanity_val_steps = 0;           // validation batches before training; -1: all; 0: none
 };
 
 class FitLoop {

@@ -18,6 +18,7 @@
 #include "kiln/abi.h"
 #include "metrics/logger.hpp"
 #include "common/batch.hpp"
+#include "train/profiler.hpp"
 
 namespace kiln {
 
@@ -115,6 +116,9 @@ class MetricSink {
   // reduce() sees only its own records, and taken back after it.
   virtual void set_aside() = 0;
   virtual void take_back() = 0;
+  // Drops what was recorded since the last reduce() or set_aside(), on this
+  // rank alone (the sanity check's records: no collective, nothing logged).
+  virtual void discard() = 0;
 };
 
 // Per-sample rows that the model's steps collect (kiln_host.collect), and
@@ -132,6 +136,9 @@ class StepCollector {
   // Every rank together, after the epoch's last step of `split` and before
   // its metrics are reduced.
   virtual void end_epoch(kiln_split split, const kiln_progress& progress) = 0;
+  // Drops this rank's rows of `split` without handing them on (the sanity
+  // check's: no collective).
+  virtual void discard(kiln_split split) = 0;
 };
 
 // What every rank decides together at a stop vote.
@@ -173,6 +180,7 @@ struct LoopContext {
   RunControl& control;
   StepCollector* collector = nullptr;  // null: nothing is collected
   Activity* activity = nullptr;        // null: no supervisor to tell the step
+  Profiler* profiler = nullptr;        // null: [profiler] off
   int32_t rank = 0;
   int32_t world_size = 1;
   int64_t max_epochs = 1;
@@ -180,6 +188,11 @@ struct LoopContext {
   int64_t global_step = 0;  // optimizer steps so far; counted by the training epoch loop
 
   kiln_progress progress_at(kiln_stage stage, int64_t epoch, int64_t batch_index) const;
+  // The callbacks' hook for `event` (timed as the profiler's callbacks phase).
+  void notify(Event event, const kiln_progress& p) {
+    ProfileScope timed(profiler, Phase::callbacks);
+    events.notify(event, p);
+  }
 };
 
 }  // namespace kiln

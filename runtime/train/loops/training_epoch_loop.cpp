@@ -7,6 +7,7 @@
 
 #include "distributed/grad_sync.hpp"
 #include "plugin/host_objects.hpp"
+#include "train/nonfinite_watch.hpp"
 #include "train/optim.hpp"
 #include "train/precision.hpp"
 #include "train/progress.hpp"
@@ -30,12 +31,16 @@ TrainingEpochLoop::TrainingEpochLoop(LoopContext& context, const TrainingSetting
     : context_(context), settings_(settings), optimization_(optimization), stop_(stop), policy_(policy) {}
 
 void TrainingEpochLoop::backward(const at::Tensor& loss, bool sync) {
+  Profiler* profiler = context_.profiler;
+  ProfileScope timed(profiler, Phase::backward);
   GradSync* grad_sync = optimization_.grad_sync;
   if (!grad_sync) {
     loss.backward();
     return;
   }
   grad_sync->before_backward(loss, sync);
+  // The all-reduce's waits for slower ranks happen inside backward.
+  const std::pair<double, int64_t> waited_before = profiler ? grad_sync->waited() : std::pair<double, int64_t>{};
   // The Reducer all-reduces inside backward: its failures are a peer's.
   try {
     loss.backward();
@@ -45,6 +50,10 @@ void TrainingEpochLoop::backward(const at::Tensor& loss, bool sync) {
   } catch (const std::exception& e) {
     throw PeerFailure(std::string("gradient all-reduce failed (another rank failed or stopped responding): ") +
                       e.what());
+  }
+  if (profiler) {
+    const std::pair<double, int64_t> waited = grad_sync->waited();
+    profiler->carve(Phase::allreduce_wait, waited.first - waited_before.first, waited.second - waited_before.second);
   }
 }
 
@@ -81,6 +90,8 @@ void TrainingEpochLoop::clip_gradients() {
   norms.reserve(grads.size());
   for (const auto& g : grads) norms.push_back(g.norm(2));
   const at::Tensor total = at::stack(norms).norm(2);
+  // Under a gradient scaler an inf norm is the scaler's to skip, not a fault.
+  if (optimization_.nonfinite && !optimization_.scaler) optimization_.nonfinite->add_grad_norm(total);
   const at::Tensor factor = (clip / (total + 1e-6)).clamp_max(1.0);
   for (auto& g : grads) g.mul_(factor);
 }
@@ -91,13 +102,18 @@ at::Tensor TrainingEpochLoop::train_batch(BatchPtr batch, int64_t index, bool bo
   const int64_t accumulate = settings_.accumulate_grad_batches;
   if (optimization_.grad_sync) optimization_.grad_sync->before_forward();
   if (c.collector) c.collector->begin_step(KILN_SPLIT_TRAIN, stream.sample_indices(index), index);
-  at::Tensor loss = c.model.training_step(*batch, index);
+  at::Tensor loss;
+  {
+    ProfileScope timed(c.profiler, Phase::training_step);
+    loss = c.model.training_step(*batch, index);
+  }
   if (c.collector) c.collector->end_step(KILN_SPLIT_TRAIN);
   // Detached once: the metrics, the monitors and the progress display all
   // keep this one (the graph is not kept alive by any of them).
   const at::Tensor shown = loss.detach();
   // Recorded as a tensor: read back only at log points (no sync per step).
   c.metrics.record_loss(shown, static_cast<double>(batch_rows(*batch)));
+  if (optimization_.nonfinite) optimization_.nonfinite->add_loss(shown);
   at::Tensor for_backward = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
   if (optimization_.scaler) for_backward = optimization_.scaler->scale(for_backward);
   loss = at::Tensor();
@@ -108,6 +124,7 @@ at::Tensor TrainingEpochLoop::train_batch(BatchPtr batch, int64_t index, bool bo
 
 void TrainingEpochLoop::optimizer_step() {
   LoopContext& c = context_;
+  ProfileScope timed(c.profiler, Phase::optimizer_step);
   if (GradScaler* scaler = optimization_.scaler) {
     scaler->unscale(optimization_.trainable);
     clip_gradients();
@@ -126,7 +143,11 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
                                                  const MidEpochValidation* validation) {
   LoopContext& c = context_;
   const bool single_process = c.world_size <= 1;
-  std::unique_ptr<BatchStream> batches = c.data.open(KILN_SPLIT_TRAIN, settings_.spec, epoch, first_sample);
+  std::unique_ptr<BatchStream> batches;
+  {
+    ProfileScope timed(c.profiler, Phase::get_batch_wait);
+    batches = c.data.open(KILN_SPLIT_TRAIN, settings_.spec, epoch, first_sample);
+  }
   const int64_t first_batch = batches->first_batch();
   const int64_t n = batches->size() + first_batch;
   Result result;
@@ -143,15 +164,26 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
   int64_t b = first_batch;
   for (; b < n; ++b) {
     if (single_process) c.control.check_signal();  // distributed: agreed on at the votes
-    BatchPtr batch = batches->next();
+    BatchPtr batch;
+    {
+      ProfileScope timed(c.profiler, Phase::get_batch_wait);
+      batch = batches->next();
+    }
     result.samples += batch_rows(*batch) * c.world_size;
     const bool boundary = (b + 1) % settings_.accumulate_grad_batches == 0 || b + 1 == n;
     const at::Tensor shown = train_batch(std::move(batch), b, boundary, *batches);
     if (boundary) {
       optimizer_step();
-      c.events.notify(Event::train_batch_end, c.progress_at(KILN_STAGE_FIT, epoch, b));
+      if (optimization_.nonfinite) {
+        ProfileScope timed(c.profiler, Phase::logging);
+        optimization_.nonfinite->after_step(c.global_step, epoch);
+      }
+      c.notify(Event::train_batch_end, c.progress_at(KILN_STAGE_FIT, epoch, b));
     }
-    c.progress.step(b, [&shown] { return shown.item<double>(); });
+    {
+      ProfileScope timed(c.profiler, Phase::logging);
+      c.progress.step(b, [&shown] { return shown.item<double>(); });
+    }
     // Before the step's checkpoint, so a checkpoint monitoring a validation
     // metric ranks by this validation (Lightning's order too).
     if (val_every > 0 && val_every < n && (b + 1) % val_every == 0 && b + 1 < n) validation->validate(epoch, b);
@@ -165,6 +197,11 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
     }
   }
   c.progress.end();
+  // The epoch's end is a log point: the steps since the last one.
+  if (optimization_.nonfinite) {
+    ProfileScope timed(c.profiler, Phase::logging);
+    optimization_.nonfinite->check(c.global_step, epoch);
+  }
   result.next_batch = b;
   result.next_sample = b > first_batch ? batches->position_after(b - 1) : first_sample;
   return result;

@@ -22,6 +22,7 @@ namespace kiln {
 class GradSync;
 class GradScaler;
 class LrSchedule;
+class NonfiniteWatch;
 
 struct TrainingSettings {
   EpochSpec spec;
@@ -38,6 +39,7 @@ struct Optimization {
   const std::vector<at::Tensor>& trainable;
   GradSync* grad_sync = nullptr;
   GradScaler* scaler = nullptr;  // 16-mixed only
+  NonfiniteWatch* nonfinite = nullptr;  // trainer.detect_nonfinite; null: off
 };
 
 class TrainingEpochLoop {

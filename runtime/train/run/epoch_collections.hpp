@@ -43,6 +43,7 @@ class EpochCollections final : public StepCollector {
   void begin_step(kiln_split split, std::vector<int64_t> indices, int64_t batch) override;
   void end_step(kiln_split split) override;
   void end_epoch(kiln_split split, const kiln_progress& progress) override;
+  void discard(kiln_split split) override { of(split).clear(); }
 
   // A checkpoint inside a training epoch: the rows collected so far on
   // every rank, merged (a collective: every rank calls it); "" when none.

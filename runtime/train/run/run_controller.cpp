@@ -66,6 +66,7 @@ Votes RunController::vote(const Votes& mine) {
 // flush: a resumed epoch's metrics are then those of the uninterrupted
 // epoch, bit for bit (docs/checkpoints.md).
 std::filesystem::path RunController::save_checkpoint(const TrainPosition& position) {
+  if (may_commit_ && !may_commit_(position)) return {};
   RunMetrics::Unreduced unreduced = parts_.metrics.gather_unreduced();
   if (parts_.collections) unreduced.collected = parts_.collections->gather_for_checkpoint();
   return parts_.checkpointer.commit(

@@ -39,6 +39,10 @@ class RunController final : public RunControl {
   RunController(const RunSettings& settings, Command command, const std::atomic<int>* signal, Parts parts,
                 Snapshot snapshot);
 
+  // Asked before each commit (every rank): false skips it (no file, no
+  // retention change). trainer.detect_nonfinite's weight check.
+  void guard_commits(std::function<bool(const TrainPosition&)> may_commit) { may_commit_ = std::move(may_commit); }
+
   void check_signal() override;
   Votes vote(const Votes& mine) override;
   std::filesystem::path save_checkpoint(const TrainPosition& position) override;
@@ -55,6 +59,7 @@ class RunController final : public RunControl {
   const std::atomic<int>* signal_;
   Parts parts_;
   Snapshot snapshot_;
+  std::function<bool(const TrainPosition&)> may_commit_;
 };
 
 }  // namespace kiln

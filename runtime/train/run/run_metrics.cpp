@@ -108,6 +108,12 @@ void RunMetrics::take_back() {
   store_.take_back();
 }
 
+void RunMetrics::discard() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  flush_tensor_metrics();
+  store_.discard_pending();
+}
+
 RunMetrics::Unreduced RunMetrics::gather_unreduced() {
   Unreduced out;
   {

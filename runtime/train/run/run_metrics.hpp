@@ -49,6 +49,7 @@ class RunMetrics final : public MetricSink {
   std::map<std::string, double> reduce() override;
   void set_aside() override;
   void take_back() override;
+  void discard() override;
 
   // Every rank's unreduced metrics, in rank order, read without a flush
   // (a collective: every rank calls it).

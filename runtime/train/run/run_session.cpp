@@ -32,11 +32,13 @@
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
 #include "train/model_parameters.hpp"
+#include "train/nonfinite_watch.hpp"
 #include "train/optim.hpp"
 #include "train/param_groups.hpp"
 #include "train/precision.hpp"
 #include "train/prediction_table.hpp"
 #include "train/prediction_text.hpp"
+#include "train/profiler.hpp"
 #include "train/progress.hpp"
 #include "train/run/epoch_collections.hpp"
 #include "train/run/event_fan_out.hpp"
@@ -211,11 +213,17 @@ class Run {
     sampling.data_workers = static_cast<int>(m_.trainer.data_workers.value);
     sampling.prefetch_batches = static_cast<int>(m_.trainer.prefetch_batches.value);
     batches_.emplace(DataModuleProxy(session_->data(), activity_), sampling, device_);
+    if (settings_.overfit && command_ == Command::fit) batches_->validate_on_training_split();
+    if (m_.profiler.kind != ProfilerKind::none && command_ == Command::fit) {
+      profiler_ = std::make_shared<Profiler>(m_.profiler.kind, rank());
+      batches_->profile_with(profiler_);
+    }
     // Mixed precision: the model's steps under autocast; the plugin is unchanged.
     StepModel* steps = &*model_;
     if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
     context_.reset(new LoopContext{*steps, *batches_, events_, *metrics_, progress_, *control_});
     context_->activity = activity_;
+    context_->profiler = profiler_.get();
     collections_->attach(&*model_, &*callbacks_);
     if (collections_->consumed()) context_->collector = &*collections_;
     context_->rank = rank();
@@ -308,7 +316,7 @@ class Run {
   FitSettings fit_settings() const {
     const auto& t = m_.trainer;
     FitSettings settings;
-    settings.training.spec = EpochSpec{t.shuffle, t.batch_size, settings_.limit_train};
+    settings.training.spec = EpochSpec{settings_.shuffle, t.batch_size, settings_.limit_train};
     settings.training.accumulate_grad_batches = t.accumulate_grad_batches;
     settings.training.gradient_clip_val = t.gradient_clip_val;
     settings.training.clip_by_value = t.gradient_clip_algorithm == GradientClipAlgorithm::value;
@@ -319,6 +327,9 @@ class Run {
     settings.test_after_fit = t.test_after_fit;
     settings.test = EpochSpec{false, settings_.eval_batch_size, settings_.limit_test};
     settings.checkpoint_every_n_epochs = settings_.checkpointing ? m_.checkpoint.every_n_epochs : 0;
+    // Overfitting validates on the very batches it trains on, at their size.
+    if (settings_.overfit) settings.val = EpochSpec{false, t.batch_size, settings_.limit_val};
+    settings.sanity_val_steps = resume_ ? 0 : settings_.sanity_val_steps;
     return settings;
   }
 
@@ -354,17 +365,46 @@ class Run {
                                               m_.distributed.gradient_compression);
     std::optional<GradScaler> scaler;
     if (m_.trainer.precision == Precision::fp16_mixed) scaler.emplace(state_.scaler);
-    FitLoop loop(*context_, settings,
-                 Optimization{*state_.optimizer, schedule, state_.trainable, grad_sync_.get(), scaler ? &*scaler : nullptr},
-                 stop_);
+    NonfiniteWatch& nonfinite =
+        nonfinite_.emplace(m_.trainer.detect_nonfinite, m_.trainer.log_every_n_steps, sum_over_ranks());
+    if (nonfinite.on())
+      control_->guard_commits([this](const TrainPosition& at) {
+        return nonfinite_->may_commit(state_.trainable, at.global_step, at.epoch);
+      });
+    Optimization optimization{*state_.optimizer, schedule, state_.trainable, grad_sync_.get(),
+                              scaler ? &*scaler : nullptr};
+    if (nonfinite.on()) optimization.nonfinite = &nonfinite;
+    FitLoop loop(*context_, settings, optimization, stop_);
     // What a user waits for on every run (bench/README.md, "Start-up").
     spdlog::debug("start-up: first training step at {:.2f} s since the process started", seconds_since_start());
     loop.run(start);
+    if (profiler_) report_profile();
     if (group_ && spdlog::should_log(spdlog::level::debug))
       if (const std::string stats = group_->gradient_stats(); !stats.empty()) spdlog::debug("{}", stats);
     if (scaler)
       spdlog::info("16-mixed: {} optimizer steps skipped for inf/NaN gradients; loss scale now {}",
                    state_.scaler.skipped, state_.scaler.scale);
+  }
+
+  // [profiler]: the table on rank 0 (every rank's totals gathered), each
+  // rank's trace in the run directory.
+  void report_profile() {
+    std::vector<std::string> texts{profiler_->export_totals()};
+    if (group_) texts = group_->all_gather_text(texts[0]);
+    if (profiler_->tracing()) {
+      const auto file = profiler_->write_trace(m_.run.dir);
+      if (rank() == 0) spdlog::info("profiler: each rank's trace is {}/trace.rank<N>.json (open it in Perfetto or chrome://tracing)", m_.run.dir.string());
+    }
+    if (rank() != 0) return;
+    std::vector<Profiler::Totals> totals;
+    for (const std::string& text : texts) totals.push_back(Profiler::parse_totals(text));
+    spdlog::info("{}", Profiler::table(totals));
+  }
+
+  // A sum over the ranks of a small CPU tensor, in place; empty in one process.
+  std::function<void(at::Tensor&)> sum_over_ranks() {
+    if (!group_) return {};
+    return [this](at::Tensor& t) { group_->all_reduce_sum(t); };
   }
 
   // [[optimizer.groups]] over the model's parameter names; the description
@@ -484,6 +524,8 @@ class Run {
   // The model's training state.
   TrainingState state_;
   std::unique_ptr<GradSync> grad_sync_;
+  std::optional<NonfiniteWatch> nonfinite_;  // fit: trainer.detect_nonfinite
+  std::shared_ptr<Profiler> profiler_;       // fit with [profiler]
 };
 
 }  // namespace

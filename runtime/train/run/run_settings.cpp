@@ -26,6 +26,16 @@ RunSettings RunSettings::of(const Manifest& m, Command command, bool distributed
   s.limit_train = t.limit_train_batches;
   s.limit_val = t.limit_val_batches;
   s.limit_test = t.limit_test_batches;
+  s.shuffle = t.shuffle;
+  s.sanity_val_steps = t.num_sanity_val_steps;
+  const BatchLimit& overfit = t.overfit_batches;
+  if (overfit.is_fraction ? overfit.fraction > 0.0 : overfit.count > 0) {
+    // Lightning's overfit_batches: the same batches, in the same order, for
+    // training and validation (the manifest refused limits beside it).
+    s.overfit = true;
+    s.shuffle = false;
+    s.limit_train = s.limit_val = overfit;
+  }
   if (t.fast_dev_run > 0) {
     // Lightning's fast_dev_run: N batches of each split, one epoch.
     s.max_epochs = 1;
@@ -34,6 +44,7 @@ RunSettings RunSettings::of(const Manifest& m, Command command, bool distributed
     n.is_fraction = false;
     n.count = t.fast_dev_run;
     s.limit_train = s.limit_val = s.limit_test = n;
+    s.sanity_val_steps = 0;  // Lightning's fast_dev_run skips it too: the run validates at once
   }
   if (!t.max_time.empty() && t.fast_dev_run == 0) s.max_seconds = parse_duration_seconds(t.max_time);
   s.eval_batch_size = t.eval_batch_size > 0 ? t.eval_batch_size : t.batch_size;

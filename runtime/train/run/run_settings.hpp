@@ -15,6 +15,12 @@ struct RunSettings {
   int64_t max_epochs = 1;
   int64_t max_steps = -1;
   BatchLimit limit_train, limit_val, limit_test;
+  bool shuffle = true;
+  // trainer.overfit_batches: validation reads the training split's first
+  // batches, the ones training runs, unshuffled.
+  bool overfit = false;
+  // Validation batches before the first training step (0: none; -1: all).
+  int64_t sanity_val_steps = 0;
   std::optional<int64_t> max_seconds;  // trainer.max_time
   int64_t eval_batch_size = 1;
   bool checkpointing = false;
