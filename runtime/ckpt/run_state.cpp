@@ -1,11 +1,43 @@
 #include "ckpt/run_state.hpp"
 
+#include <cstdlib>
+
 #include "train/optimizer_checkpoint.hpp"
 #include "train/scaler_checkpoint.hpp"
 
 namespace kiln {
 
 namespace {
+
+class AveragedPart : public Stateful {
+ public:
+  explicit AveragedPart(AveragedState& state) : state_(state) {}
+  void save(CheckpointSnapshot& snapshot) const override {
+    snapshot.add("average/count", std::to_string(state_.count));
+    for (const auto& [name, t] : state_.tensors) add_tensor_section(snapshot, "average/" + name, t);
+  }
+  void check(const CheckpointFile& file) const override {
+    if (!file.has("average/count")) return;
+    for (const auto& [name, t] : state_.tensors)
+      if (!file.has("average/" + name))
+        throw CheckpointError(file.path().string() + ": the averaged weights have no '" + name +
+                              "' (a checkpoint of another model?)");
+  }
+  void load(const CheckpointFile& file) override {
+    if (!file.has("average/count")) return;
+    const std::string count(file.section("average/count"));
+    char* end = nullptr;
+    const long long n = std::strtoll(count.c_str(), &end, 10);
+    if (count.empty() || *end != '\0' || n < 0)
+      throw CheckpointError(file.path().string() + ": average/count is not a count ('" + count + "')");
+    for (auto& [name, t] : state_.tensors) restore_tensor_section(file, "average/" + name, "averaged " + name, t);
+    state_.count = n;
+    state_.restored = true;
+  }
+
+ private:
+  AveragedState& state_;
+};
 
 // The parts of a run a checkpoint holds, over a view of it.
 class RunParts {
@@ -19,16 +51,19 @@ class RunParts {
         metrics_(s.metrics, s.saved_by) {
     if (s.optimizer) optimizer_.emplace(*s.optimizer, s.trainable, s.optimizer_groups);
     if (s.scaler) scaler_.emplace(*s.scaler);
+    if (s.averaged) averaged_.emplace(*s.averaged);
   }
 
   // The order the file holds them in.
   std::vector<Stateful*> in_file_order() {
-    return present({&meta_, &params_, &buffers_, optional(optimizer_), &rng_, &plugins_, optional(scaler_), &metrics_});
+    return present({&meta_, &params_, &buffers_, optional(optimizer_), &rng_, &plugins_, optional(scaler_), &metrics_,
+                    optional(averaged_)});
   }
   // The order they are loaded in: the model's tensors and the RNGs first,
   // then the position ("meta") and what follows it in the file.
   std::vector<Stateful*> in_load_order() {
-    return present({&params_, &buffers_, optional(optimizer_), &rng_, &meta_, &plugins_, optional(scaler_), &metrics_});
+    return present({&params_, &buffers_, optional(optimizer_), &rng_, &meta_, &plugins_, optional(scaler_), &metrics_,
+                    optional(averaged_)});
   }
 
  private:
@@ -50,6 +85,7 @@ class RunParts {
   PluginStatesPart plugins_;
   std::optional<ScalerPart> scaler_;
   MetricsPart metrics_;
+  std::optional<AveragedPart> averaged_;
 };
 
 }  // namespace

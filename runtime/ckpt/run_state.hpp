@@ -26,6 +26,15 @@
 
 namespace kiln {
 
+// [averaging]'s weights ("average/param/<name>", "average/buffer/<name>",
+// "average/count"): the averaged floating-point tensors and the number of
+// updates folded in.
+struct AveragedState {
+  NamedTensors tensors;  // names "param/<name>" and "buffer/<name>"
+  int64_t count = 0;
+  bool restored = false;  // set by a restore that found them
+};
+
 // The run as its parts see it: references into the live run, and the
 // exported states (metrics, plugins) a checkpoint carries as they are.
 struct RunStateView {
@@ -51,6 +60,9 @@ struct RunStateView {
   // The run's device: a CUDA device's generator (dropout on the GPU) is
   // saved and restored beside the CPU's.
   c10::Device device{c10::kCPU};
+  // [averaging]: nullptr without. A checkpoint without one restores nothing
+  // into it (restored stays false).
+  AveragedState* averaged = nullptr;
 };
 
 // The checkpoint of `state`, owning its bytes (tensors copied to the CPU):

@@ -24,19 +24,25 @@ namespace fs = std::filesystem;
 
 const char* extension(ExportFormat format) { return format == ExportFormat::pt ? ".pt" : ".safetensors"; }
 
-// Parameters, then buffers, each in checkpoint order (the model's order).
-std::vector<std::pair<std::string, at::Tensor>> weights(const CheckpointFile& file) {
+// Parameters, then buffers, each in checkpoint order (the model's order);
+// with `averaged`, each tensor the run averaged ([averaging]) is its average.
+std::vector<std::pair<std::string, at::Tensor>> weights(const CheckpointFile& file, bool averaged) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const char* prefix : {"param/", "buffer/"}) {
     const std::string p = prefix;
-    for (const auto& name : file.names())
-      if (name.rfind(p, 0) == 0) out.emplace_back(name.substr(p.size()), read_tensor_section(file, name));
+    for (const auto& name : file.names()) {
+      if (name.rfind(p, 0) != 0) continue;
+      const std::string average = "average/" + name;
+      out.emplace_back(name.substr(p.size()),
+                       read_tensor_section(file, averaged && file.has(average) ? average : name));
+    }
   }
   if (out.empty()) throw CheckpointError(file.path().string() + ": the checkpoint holds no model weights");
   return out;
 }
 
-std::string safetensors_bytes(const CheckpointFile& file, const std::vector<std::pair<std::string, at::Tensor>>& w) {
+std::string safetensors_bytes(const CheckpointFile& file, const std::vector<std::pair<std::string, at::Tensor>>& w,
+                              bool averaged) {
   const CheckpointMeta meta = read_meta(file);
   std::vector<SafetensorsEntry> entries;
   for (const auto& [name, t] : w) {
@@ -54,6 +60,7 @@ std::string safetensors_bytes(const CheckpointFile& file, const std::vector<std:
       {"checkpoint", file.path().filename().string()},
       {"epoch", std::to_string(meta.position.epoch)},
       {"global_step", std::to_string(meta.position.global_step)},
+      {"weights", averaged ? "averaged" : "trained"},
   };
   return safetensors_file(entries, metadata);
 }
@@ -102,10 +109,14 @@ ExportResult export_weights(const ExportRequest& request) {
   if (fs::exists(output, ec) && !request.overwrite)
     throw InputError(output.string() + " exists: pass --force to replace it, or -o to write another file");
 
-  const auto w = weights(file);
-  const std::string bytes = request.format == ExportFormat::pt ? pt_bytes(w) : safetensors_bytes(file, w);
+  // An average with no update folded in yet (SWA before its first epoch) is
+  // not one: the trained weights are written then.
+  const bool averaged =
+      !request.trained_weights && file.has("average/count") && file.section("average/count") != "0";
+  const auto w = weights(file, averaged);
+  const std::string bytes = request.format == ExportFormat::pt ? pt_bytes(w) : safetensors_bytes(file, w, averaged);
   write_file_durably(output, bytes);
-  return ExportResult{output, w.size(), bytes.size()};
+  return ExportResult{output, w.size(), bytes.size(), averaged};
 }
 
 }  // namespace kiln

@@ -16,12 +16,15 @@ struct ExportRequest {
   ExportFormat format = ExportFormat::safetensors;
   std::optional<std::filesystem::path> output;  // default: the checkpoint's name with .safetensors / .pt, beside it
   bool overwrite = false;                       // an existing output is refused unless set
+  // A checkpoint with averaged weights ([averaging]) exports those, unless set.
+  bool trained_weights = false;
 };
 
 struct ExportResult {
   std::filesystem::path file;
   size_t tensors = 0;
   size_t bytes = 0;
+  bool averaged = false;  // the averaged weights were written
 };
 
 // Reads and validates the checkpoint, then writes the file durably (a crash

@@ -374,6 +374,8 @@ struct CommandLine {
     export_cmd->add_option("-o,--output", export_output,
                            "the file to write (default: the checkpoint's name with .safetensors or .pt, beside it)");
     export_cmd->add_flag("--force", export_request.overwrite, "replace the output file if it exists");
+    export_cmd->add_flag("--trained-weights", export_request.trained_weights,
+                         "a checkpoint with averaged weights ([averaging]): write the trained weights instead");
   }
 };
 
@@ -392,8 +394,8 @@ int export_command(CommandLine& cli) {
   cli.export_request.checkpoint = cli.export_checkpoint;
   if (!cli.export_output.empty()) cli.export_request.output = cli.export_output;
   const kiln::ExportResult result = kiln::export_weights(cli.export_request);
-  std::cout << "exported " << result.tensors << " tensors (" << result.bytes << " bytes) to "
-            << result.file.string() << "\n";
+  std::cout << "exported " << result.tensors << (result.averaged ? " averaged" : "") << " tensors (" << result.bytes
+            << " bytes) to " << result.file.string() << "\n";
   return kiln::kExitOk;
 }
 

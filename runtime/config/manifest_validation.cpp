@@ -412,7 +412,7 @@ class Validator {
       fail(where_key("averaging", "annealing_epochs") +
            ": averaging.annealing_epochs anneals to averaging.swa_lr, which is not set (set swa_lr > 0, or remove "
            "annealing_epochs)");
-    if (m.scheduler.interval == SchedulerInterval::step && a.swa_lr > 0.0 && m.scheduler.name != SchedulerName::none)
+    if (m.scheduler.interval == SchedulerInterval::step && a.swa_lr > 0.0)
       fail(where_key("averaging", "swa_lr") +
            ": averaging.swa_lr replaces the learning-rate schedule at epoch boundaries, but [scheduler] interval = "
            "'step' sets the rate every step (use interval = 'epoch', or leave swa_lr unset to keep the schedule)");

@@ -36,6 +36,10 @@ class LrSchedule {
   // The rate of `group` in `period`.
   double lr(int64_t period, size_t group = 0) const;
   bool per_step() const { return per_step_; }
+  // [averaging] kind = "swa" with swa_lr: from epoch `start_epoch` on, the
+  // rate moves to `swa_lr` over `annealing_epochs` epochs by a cosine (at
+  // once with 0), from the schedule's rate (SWALR's rule). Epoch periods only.
+  void anneal_to(double swa_lr, int64_t start_epoch, int64_t annealing_epochs);
   // Sets every parameter group's learning rate for `period`. With a single
   // base rate, every group gets it.
   void apply(torch::optim::Optimizer& optimizer, int64_t period) const;
@@ -45,6 +49,8 @@ class LrSchedule {
   std::vector<double> base_lrs_;
   int64_t total_periods_;
   bool per_step_;
+  double swa_lr_ = 0;  // 0: no SWA rate
+  int64_t swa_start_ = 0, swa_annealing_ = 0;
 };
 
 }  // namespace kiln

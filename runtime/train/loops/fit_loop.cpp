@@ -7,6 +7,7 @@
 
 #include "train/nonfinite_watch.hpp"
 #include "train/optim.hpp"
+#include "train/weight_averaging.hpp"
 #include "util/activity.hpp"
 
 namespace kiln {
@@ -52,6 +53,10 @@ void FitLoop::run(const TrainPosition& start) {
     ProfileScope timed(c.profiler, Phase::checkpoint);
     c.control.finish_checkpoints();
   }
+  // Lightning's order: the averaged weights become the model's once training
+  // ends (what a test after fit and the plugins' teardown see); the
+  // checkpoints keep both.
+  if (optimization_.averaging) optimization_.averaging->copy_into_model();
   // What bench/async_ckpt.sh reads: the loop's time, checkpoints included.
   spdlog::debug("fit: {} steps in {:.3f} s", c.global_step - start.global_step,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_started).count());
@@ -69,6 +74,8 @@ bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
   TrainingEpochLoop::MidEpochValidation mid_epoch{settings_.val_check_interval,
                                                   [this](int64_t e, int64_t b) { validate_mid_epoch(e, b); }};
   const auto result = epoch_loop_.run(epoch, first_sample, validating_epoch ? &mid_epoch : nullptr);
+  // SWA averages complete epochs (a resumed one completes in the resumed run).
+  if (optimization_.averaging && result.next_batch >= result.batches) optimization_.averaging->after_epoch(epoch);
   // The epoch's collected rows, before its metrics are reduced: what
   // on_epoch_end logs is in the epoch's row.
   LogRow row{LogRow::Kind::epoch, epoch, 0, {}};
@@ -82,6 +89,7 @@ bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (validating_epoch) {
     ProfileScope timed(c.profiler, Phase::validation);
+    WeightAveraging::InModel averaged(optimization_.averaging);
     for (auto& [name, value] : EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch))
       row.metrics[name] = value;
   }
@@ -123,7 +131,11 @@ void FitLoop::validate_mid_epoch(int64_t epoch, int64_t batch) {
   LoopContext& c = context_;
   ProfileScope timed(c.profiler, Phase::validation);
   c.metrics.set_aside();
-  std::map<std::string, double> row = EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch);
+  std::map<std::string, double> row;
+  {
+    WeightAveraging::InModel averaged(optimization_.averaging);
+    row = EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).run(epoch);
+  }
   c.metrics.take_back();
   spdlog::info("epoch {} batch {} (step {}){}", epoch, batch, c.global_step, format_metrics(row));
   c.control.log_row(LogRow{LogRow::Kind::epoch, epoch, c.global_step, std::move(row)});

@@ -11,6 +11,7 @@
 #include "train/optim.hpp"
 #include "train/precision.hpp"
 #include "train/progress.hpp"
+#include "train/weight_averaging.hpp"
 #include "util/errors.hpp"
 #include "util/activity.hpp"
 
@@ -135,6 +136,7 @@ void TrainingEpochLoop::optimizer_step() {
   }
   clear_gradients();
   ++c.global_step;
+  if (optimization_.averaging) optimization_.averaging->after_step(c.global_step);
   if (c.activity) c.activity->at_step(c.global_step);
   if (optimization_.schedule.per_step()) optimization_.schedule.apply(optimization_.optimizer, c.global_step);
 }

@@ -23,6 +23,7 @@ class GradSync;
 class GradScaler;
 class LrSchedule;
 class NonfiniteWatch;
+class WeightAveraging;
 
 struct TrainingSettings {
   EpochSpec spec;
@@ -40,6 +41,7 @@ struct Optimization {
   GradSync* grad_sync = nullptr;
   GradScaler* scaler = nullptr;  // 16-mixed only
   NonfiniteWatch* nonfinite = nullptr;  // trainer.detect_nonfinite; null: off
+  WeightAveraging* averaging = nullptr;  // [averaging]; null: off
 };
 
 class TrainingEpochLoop {

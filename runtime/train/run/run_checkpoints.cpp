@@ -35,6 +35,7 @@ RunStateView RunCheckpoints::view(const TrainPosition& position) const {
   view.metrics.loggers = parts_.loggers.states();
   if (m_.trainer.precision == Precision::fp16_mixed) view.scaler = &s.scaler;
   view.device = device_;
+  view.averaged = s.averaged;
   return view;
 }
 

@@ -35,6 +35,7 @@ struct TrainingState {
   std::unique_ptr<torch::optim::Optimizer> optimizer;  // fit only
   std::string optimizer_groups;                        // describe_param_groups(), for checkpoints
   ScalerState scaler;                                  // 16-mixed's gradient scaler
+  AveragedState* averaged = nullptr;                   // [averaging]'s weights, when on
 };
 
 class RunCheckpoints {

@@ -40,6 +40,7 @@
 #include "train/prediction_text.hpp"
 #include "train/profiler.hpp"
 #include "train/progress.hpp"
+#include "train/weight_averaging.hpp"
 #include "train/run/epoch_collections.hpp"
 #include "train/run/event_fan_out.hpp"
 #include "train/run/plugin_services.hpp"
@@ -185,11 +186,16 @@ class Run {
     spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s", seconds_since_start());
     wire_loops();
     collect_parameters();
+    if (m_.averaging.kind != AveragingKind::none) {
+      averaging_.emplace(m_.averaging, settings_.max_epochs, state_.params, state_.buffers);
+      state_.averaged = &averaging_->state();
+    }
     // validate / test / predict evaluate a checkpoint's weights when given
     // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().
     if (command_ != Command::fit) {
       // The rows say which step's weights were evaluated.
       if (resume_) context_->global_step = checkpoints_->resume(*resume_, command_).global_step;
+      use_averaged_weights();
       agree();
       open_run_dir();
     }
@@ -355,10 +361,18 @@ class Run {
     const FitSettings settings = fit_settings();
     if (batches_->length(KILN_SPLIT_TRAIN) == 0)
       batches_->refuse_empty(KILN_SPLIT_TRAIN, "the train split is empty; `kiln fit` needs samples");
-    const LrSchedule schedule = schedule_for(groups, settings);
+    LrSchedule schedule = schedule_for(groups, settings);
     TrainPosition start;
     if (resume_) start = checkpoints_->resume(*resume_, command_);
     agree();
+    if (averaging_ && !averaging_->state().restored) {
+      // From the agreed weights (rank 0's), so every rank averages alike.
+      if (resume_) spdlog::info("averaging: the checkpoint holds no averaged weights; the average starts from its weights");
+      averaging_->restart_from_model();
+    }
+    if (averaging_ && m_.averaging.kind == AveragingKind::swa && m_.averaging.swa_lr > 0)
+      schedule.anneal_to(m_.averaging.swa_lr, swa_start_epoch(m_.averaging, settings_.max_epochs),
+                         m_.averaging.annealing_epochs);
     open_run_dir();
     if (group_)
       grad_sync_ = std::make_unique<GradSync>(*group_, state_.trainable, state_.trainable_names,
@@ -374,6 +388,7 @@ class Run {
     Optimization optimization{*state_.optimizer, schedule, state_.trainable, grad_sync_.get(),
                               scaler ? &*scaler : nullptr};
     if (nonfinite.on()) optimization.nonfinite = &nonfinite;
+    if (averaging_) optimization.averaging = &*averaging_;
     FitLoop loop(*context_, settings, optimization, stop_);
     // What a user waits for on every run (bench/README.md, "Start-up").
     spdlog::debug("start-up: first training step at {:.2f} s since the process started", seconds_since_start());
@@ -399,6 +414,20 @@ class Run {
     std::vector<Profiler::Totals> totals;
     for (const std::string& text : texts) totals.push_back(Profiler::parse_totals(text));
     spdlog::info("{}", Profiler::table(totals));
+  }
+
+  // validate / test / predict of a checkpoint with averaged weights: those
+  // are evaluated, as Lightning evaluates the averaged model.
+  void use_averaged_weights() {
+    if (!averaging_ || !resume_) return;
+    if (!averaging_->state().restored || averaging_->state().count == 0) {
+      spdlog::warn("averaging: {} holds no averaged weights yet; its trained weights are evaluated",
+                   resume_->string());
+      return;
+    }
+    averaging_->copy_into_model();
+    spdlog::info("averaging: evaluating the checkpoint's {} weights ({} updates)", option_name(m_.averaging.kind),
+                 averaging_->state().count);
   }
 
   // A sum over the ranks of a small CPU tensor, in place; empty in one process.
@@ -526,6 +555,7 @@ class Run {
   std::unique_ptr<GradSync> grad_sync_;
   std::optional<NonfiniteWatch> nonfinite_;  // fit: trainer.detect_nonfinite
   std::shared_ptr<Profiler> profiler_;       // fit with [profiler]
+  std::optional<WeightAveraging> averaging_;  // [averaging]
 };
 
 }  // namespace

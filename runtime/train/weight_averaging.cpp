@@ -1,0 +1,81 @@
+#include "train/weight_averaging.hpp"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+namespace kiln {
+
+WeightAveraging::WeightAveraging(const AveragingConfig& config, int64_t max_epochs, const NamedTensors& params,
+                                 const NamedTensors& buffers)
+    : config_(config), swa_start_(swa_start_epoch(config, max_epochs)) {
+  for (const auto* list : {&params, &buffers})
+    for (const auto& [name, tensor] : *list) {
+      if (!tensor.is_floating_point()) continue;  // counters: the model's own
+      live_.push_back(tensor);
+      state_.tensors.emplace_back((list == &params ? "param/" : "buffer/") + name, tensor.detach().clone());
+    }
+}
+
+void WeightAveraging::restart_from_model() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < live_.size(); ++i) state_.tensors[i].second.copy_(live_[i]);
+  state_.count = 0;
+}
+
+void WeightAveraging::after_step(int64_t global_step) {
+  if (config_.kind != AveragingKind::ema) return;
+  at::NoGradGuard no_grad;
+  if (global_step <= config_.start_step) {
+    // Not started: the average is the weights.
+    for (size_t i = 0; i < live_.size(); ++i) state_.tensors[i].second.copy_(live_[i]);
+  } else {
+    // average += (1 - decay) * (weights - average): decay * average + (1 - decay) * weights.
+    const double weight = 1.0 - config_.decay;
+    for (size_t i = 0; i < live_.size(); ++i) state_.tensors[i].second.lerp_(live_[i], weight);
+    ++state_.count;
+  }
+}
+
+void WeightAveraging::after_epoch(int64_t epoch) {
+  if (config_.kind != AveragingKind::swa || epoch < swa_start_) return;
+  at::NoGradGuard no_grad;
+  ++state_.count;
+  // The running mean of the epoch ends so far (AveragedModel's default).
+  const double weight = 1.0 / static_cast<double>(state_.count);
+  for (size_t i = 0; i < live_.size(); ++i) state_.tensors[i].second.lerp_(live_[i], weight);
+}
+
+bool WeightAveraging::ready() const { return config_.kind == AveragingKind::ema || state_.count > 0; }
+
+void WeightAveraging::swap_in() {
+  at::NoGradGuard no_grad;
+  if (backup_.empty())
+    for (const at::Tensor& t : live_) backup_.push_back(at::empty_like(t));
+  for (size_t i = 0; i < live_.size(); ++i) {
+    backup_[i].copy_(live_[i]);
+    live_[i].copy_(state_.tensors[i].second);
+  }
+}
+
+void WeightAveraging::swap_out() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < live_.size(); ++i) live_[i].copy_(backup_[i]);
+}
+
+void WeightAveraging::copy_into_model() {
+  if (!ready()) return;
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < live_.size(); ++i) live_[i].copy_(state_.tensors[i].second);
+  backup_.clear();
+}
+
+WeightAveraging::InModel::InModel(WeightAveraging* averaging)
+    : averaging_(averaging && averaging->ready() ? averaging : nullptr) {
+  if (averaging_) averaging_->swap_in();
+}
+
+WeightAveraging::InModel::~InModel() {
+  if (averaging_) averaging_->swap_out();
+}
+
+}  // namespace kiln
