@@ -15,6 +15,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
+
+#include "metrics/hparams.hpp"
 
 namespace kiln {
 
@@ -43,6 +46,13 @@ class Logger {
   // Flushes, then describes the file so that open() can continue it from
   // exactly here; "" before open().
   virtual std::string state() = 0;
+  // The run's hyperparameters (metrics/hparams.hpp), given before open(): a
+  // logger that records them writes them when it creates its file (not when
+  // it continues one). Others ignore them.
+  virtual void set_hparams(const std::vector<HParam>& /*hparams*/) {}
+  // The run has ended, after its last row (`success`: without a failure).
+  // Called only on an open logger.
+  virtual void finish(bool /*success*/) {}
 };
 
 }  // namespace kiln

@@ -3,6 +3,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
 #include "metrics/csv_logger.hpp"
 #include "metrics/jsonl_logger.hpp"
 #include "metrics/logger_names.hpp"
@@ -30,6 +32,10 @@ Loggers& Loggers::operator=(Loggers&&) noexcept = default;
 void Loggers::restore(const std::string& csv, const std::string& others) {
   restored_csv_ = csv;
   restored_others_ = others;
+}
+
+void Loggers::set_hparams(std::vector<HParam> hparams) {
+  for (auto& logger : loggers_) logger->set_hparams(hparams);
 }
 
 void Loggers::open() { may_open_ = true; }
@@ -63,6 +69,17 @@ void Loggers::log(const LogRow& row) {
 
 void Loggers::flush() {
   for (auto& logger : loggers_) logger->flush();
+}
+
+void Loggers::finish(bool success) {
+  if (!open_) return;
+  for (auto& logger : loggers_) {
+    try {
+      logger->finish(success);
+    } catch (const std::exception& e) {
+      spdlog::warn("the {} logger could not record the run's end: {}", logger->name(), e.what());
+    }
+  }
 }
 
 std::string Loggers::csv_state() {

@@ -26,7 +26,22 @@ void TensorBoardLogger::open(const std::string& state) {
                  path_.string());
   // Every event file starts with its version: TensorBoard reads the format
   // (and its restart rules) from it.
-  if (file_->size() == 0) file_->append(tfrecord(file_version_event(wall_time())));
+  if (file_->size() == 0) {
+    file_->append(tfrecord(file_version_event(wall_time())));
+    if (hparams_) file_->append(tfrecord(hparams_start_event(wall_time(), *hparams_, start_time_)));
+  }
+}
+
+void TensorBoardLogger::set_hparams(const std::vector<HParam>& hparams) {
+  hparams_ = hparams;
+  start_time_ = wall_time();
+}
+
+void TensorBoardLogger::finish(bool success) {
+  if (!file_ || !hparams_) return;
+  const double now = wall_time();
+  file_->append(tfrecord(hparams_end_event(now, last_step_, success, now)));
+  file_->sync();
 }
 
 void TensorBoardLogger::log(const LogRow& row) {
@@ -40,6 +55,7 @@ void TensorBoardLogger::log(const LogRow& row) {
     epoch_written_at_ = row.step;
   }
   file_->append(tfrecord(scalars_event(wall_time(), row.step, scalars)));
+  last_step_ = row.step;
 }
 
 void TensorBoardLogger::flush() {

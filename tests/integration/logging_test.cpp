@@ -3,12 +3,15 @@
 // Python's EventAccumulator), and each scalar must be where metrics.csv and
 // metrics.jsonl put it; a run killed after a checkpoint and resumed shows
 // every step exactly once in every file; with two processes only rank 0
-// writes.
+// writes. TensorBoard's HPARAMS tab, read by its own hparams plugin backend,
+// shows each run's manifest and final metrics.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cmath>
+#include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common.hpp"
@@ -80,6 +83,194 @@ TEST(Logging, TensorBoardsReaderFindsEveryScalarWhereMetricsCsvAndJsonlPutIt) {
   EXPECT_EQ(scalars.size(), csv.size() * epoch_tags.size() + expected.size() * 4);
 }
 
+// TensorBoard's HPARAMS tab over a log directory, as `tensorboard --logdir`
+// serves it, offline: the hparams plugin's own backend (backend_context,
+// get_experiment, list_session_groups) on TensorBoard's event multiplexer.
+struct HParamsTab {
+  std::map<std::string, std::string> column_hparams;   // name -> "DATA_TYPE_... differs"
+  std::set<std::string> column_metrics;                 // tags
+  std::map<std::string, std::string> status;            // session (run) -> STATUS_...
+  std::map<std::pair<std::string, std::string>, std::string> hparams;  // (session, name) -> "kind json"
+  std::map<std::pair<std::string, std::string>, double> metrics;      // (session, tag) -> last value
+  std::set<std::string> start_infos;                // sessions whose start info parses (with hparams and a time)
+  std::map<std::string, std::string> end_infos;     // session -> the status its end info holds
+  std::string output;
+
+  std::string hparam(const std::string& session, const std::string& name) const {
+    const auto it = hparams.find({session, name});
+    return it == hparams.end() ? "(missing)" : it->second;
+  }
+  std::string column(const std::string& name) const {
+    const auto it = column_hparams.find(name);
+    return it == column_hparams.end() ? "(missing)" : it->second;
+  }
+};
+
+// How many times `needle` is in the file's bytes.
+int occurrences(const std::filesystem::path& file, const std::string& needle) {
+  const std::string bytes = read_file(file);
+  int n = 0;
+  for (size_t at = bytes.find(needle); at != std::string::npos; at = bytes.find(needle, at + 1)) ++n;
+  return n;
+}
+
+HParamsTab hparams_tab(const std::filesystem::path& logdir) {
+  const auto script = logdir / "read_hparams.py";
+  write_file(script, R"PY(# TensorBoard's HPARAMS tab, offline: its hparams plugin's backend over the
+# event files under a log directory, as `tensorboard --logdir` serves it.
+import json, sys
+from tensorboard import context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups, metadata
+
+logdir = sys.argv[1]
+mux = plugin_event_multiplexer.EventMultiplexer()
+mux.AddRunsFromDirectory(logdir)
+mux.Reload()
+tb = base_plugin.TBContext(logdir=logdir, multiplexer=mux,
+                           data_provider=data_provider.MultiplexerDataProvider(mux, logdir))
+backend = backend_context.Context(tb)
+ctx = context.RequestContext()
+
+# The session start info as TensorBoard's metadata module parses it.
+for run, tags in mux.PluginRunToTagToContent(metadata.PLUGIN_NAME).items():
+    for tag, content in tags.items():
+        if tag == metadata.SESSION_START_INFO_TAG:
+            info = metadata.parse_session_start_info_plugin_data(content)
+            print("start_info", run, info.start_time_secs > 0, len(info.hparams))
+        elif tag == metadata.SESSION_END_INFO_TAG:
+            info = metadata.parse_session_end_info_plugin_data(content)
+            print("end_info", run, api_pb2.Status.Name(info.status), info.end_time_secs > 0)
+
+experiment = get_experiment.Handler(ctx, backend, "", api_pb2.GetExperimentRequest()).run()
+for h in experiment.hparam_infos:
+    print("column_hparam", h.name, api_pb2.DataType.Name(h.type), h.differs)
+for m in experiment.metric_infos:
+    print("column_metric", m.name.tag, repr(m.name.group))
+
+# As the tab asks: every status, the first page.
+request = api_pb2.ListSessionGroupsRequest(
+    start_index=0, slice_size=1000, allowed_statuses=list(api_pb2.Status.values()))
+for group in list_session_groups.Handler(ctx, backend, "", request).run().session_groups:
+    # kiln writes no group name: each run is its own group, named after it.
+    (session,) = group.sessions
+    print("session", session.name, api_pb2.Status.Name(session.status),
+          0 < session.start_time_secs <= session.end_time_secs)
+    for name, value in sorted(group.hparams.items()):
+        kind = value.WhichOneof("kind")
+        print("hparam", session.name, name, kind, json.dumps(getattr(value, kind)))
+    for m in group.metric_values:
+        print("metric", session.name, m.name.tag, repr(m.value), m.training_step)
+)PY");
+  const ProcessResult r =
+      run_process({check_python().string(), script.string(), logdir.string()}, {.timeout = std::chrono::seconds(300)});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  HParamsTab tab;
+  tab.output = r.output;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string kind, a, b, c, rest;
+    words >> kind >> a;
+    if (kind == "start_info") {
+      words >> b >> c;
+      if (b == "True" && std::stoi(c) > 0) tab.start_infos.insert(a);
+    } else if (kind == "end_info") {
+      words >> b;
+      tab.end_infos[a] = b;
+    } else if (kind == "column_hparam") {
+      words >> b >> c;
+      tab.column_hparams[a] = b + " " + c;
+    } else if (kind == "column_metric") {
+      tab.column_metrics.insert(a);
+    } else if (kind == "session") {
+      words >> b >> c;
+      tab.status[a] = b;
+      EXPECT_EQ(c, "True") << "start and end times of " << a;
+    } else if (kind == "hparam") {
+      words >> b >> c;
+      std::getline(words, rest);
+      tab.hparams[{a, b}] = c + rest;
+    } else if (kind == "metric") {
+      words >> b >> c;
+      tab.metrics[{a, b}] = std::stod(c);
+    }
+  }
+  return tab;
+}
+
+// A sweep of two runs in one log directory (runs/<name>), each with a --set
+// learning rate: the HPARAMS tab has a session for each, holding the run's
+// manifest flattened to dotted keys (host keys and the plugins' own), the
+// --set value among them; it ended with STATUS_SUCCESS; its metrics are the
+// logged scalars (kiln writes no experiment summary: TensorBoard computes the
+// columns from the runs), each at its last value, metrics.csv's last row.
+TEST(Logging, TensorBoardsHParamsTabShowsEachRunsManifestAndItsLastMetrics) {
+  KILN_REQUIRE_CHECK_PYTHON();
+  TempDir dir;
+  const auto m = synthetic_manifest(dir, "\n[logging]\nloggers = [\"csv\", \"tensorboard\"]\n");
+  const auto runs = dir / "runs";
+  for (const char* lr : {"0.003", "0.01"}) {
+    const ProcessResult r = kiln_fit(m, {"--set", std::string("optimizer.lr=") + lr, "--set",
+                                         "run.dir=" + (runs / ("lr_" + std::string(lr))).string()});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const HParamsTab tab = hparams_tab(runs);
+  EXPECT_EQ(tab.status,
+            (std::map<std::string, std::string>{{"lr_0.003", "STATUS_SUCCESS"}, {"lr_0.01", "STATUS_SUCCESS"}}))
+      << tab.output;
+  EXPECT_EQ(tab.start_infos, (std::set<std::string>{"lr_0.003", "lr_0.01"})) << tab.output;
+  EXPECT_EQ(tab.end_infos, tab.status) << tab.output;
+  for (const std::string session : {"lr_0.003", "lr_0.01"}) {
+    EXPECT_EQ(occurrences(runs / session / "events.out.tfevents.kiln", "_hparams_/session_start_info"), 1);
+    EXPECT_EQ(occurrences(runs / session / "events.out.tfevents.kiln", "_hparams_/session_end_info"), 1);
+    auto hparam = [&](const std::string& name) { return tab.hparam(session, name); };
+    EXPECT_EQ(hparam("optimizer.lr"), "number_value " + session.substr(3)) << tab.output;
+    EXPECT_EQ(hparam("optimizer.name"), "string_value \"adam\"");
+    EXPECT_EQ(hparam("trainer.max_epochs"), "number_value 3.0");
+    EXPECT_EQ(hparam("model.path"), "string_value \"kiln_mlp\"");  // the plugins' tables
+    EXPECT_EQ(hparam("model.hidden"), "string_value \"[32]\"");    // an array: its TOML text
+    EXPECT_EQ(hparam("data.features"), "number_value 32.0");
+    EXPECT_EQ(hparam("trainer.batch_size"), "number_value 32.0");
+    EXPECT_EQ(hparam("logging.loggers"), "string_value \"[\\\"csv\\\", \\\"tensorboard\\\"]\"");
+    EXPECT_EQ(hparam("trainer.shuffle"), "(missing)");  // a default the manifest does not write
+    // The final metrics: each tag's last value, metrics.csv's last row.
+    const auto csv = read_metrics(runs / session / "metrics.csv");
+    ASSERT_EQ(csv.size(), 3u);
+    for (const char* tag : {"val/loss", "val/acc", "train/loss", "lr-Adam"}) {
+      const auto it = tab.metrics.find({session, tag});
+      ASSERT_NE(it, tab.metrics.end()) << session << " " << tag << "\n" << tab.output;
+      expect_float_equal(it->second, csv.back().at(tag), session + " " + tag);
+    }
+  }
+  // The columns: the hparams with their types (the one that differs says
+  // so), and the epoch rows' metrics.
+  EXPECT_EQ(tab.column("optimizer.lr"), "DATA_TYPE_FLOAT64 True") << tab.output;
+  EXPECT_EQ(tab.column("run.dir"), "DATA_TYPE_STRING True");
+  EXPECT_EQ(tab.column("model.path"), "DATA_TYPE_STRING False");
+  EXPECT_EQ(tab.column("data.features"), "DATA_TYPE_FLOAT64 False");
+  for (const char* tag : {"val/loss", "val/acc", "train/loss", "epoch"})
+    EXPECT_TRUE(tab.column_metrics.count(tag)) << tag << "\n" << tab.output;
+}
+
+// A run that fails after logging rows (a callback throws in on_fit_end)
+// ends its session with STATUS_FAILURE.
+TEST(Logging, AFailedRunsHParamsSessionEndsWithStatusFailure) {
+  KILN_REQUIRE_CHECK_PYTHON();
+  TempDir dir;
+  const auto m = recorder_manifest(dir, "features = 4", "size = 16\nfeatures = 4", "fail_at = [\"on_fit_end\"]",
+                                   "max_epochs = 2\nbatch_size = 4\n[logging]\nloggers = [\"tensorboard\"]\n");
+  const ProcessResult r = kiln_fit(m);
+  ASSERT_NE(r.exit_code, 0) << r.output;
+  ASSERT_NE(read_file(dir / "calls.log").find("on_fit_end"), std::string::npos) << r.output;
+  const HParamsTab tab = hparams_tab(dir.path());
+  EXPECT_EQ(tab.status, (std::map<std::string, std::string>{{"run", "STATUS_FAILURE"}})) << tab.output;
+  EXPECT_EQ(tab.end_infos, tab.status);
+  EXPECT_EQ(tab.hparam("run", "callbacks.0.fail_at"), "string_value \"[\\\"on_fit_end\\\"]\"") << tab.output;
+  EXPECT_EQ(tab.hparam("run", "trainer.max_epochs"), "number_value 2.0");
+}
+
 // The recorder's model hangs in its 18th training step (after 17 steps);
 // checkpoints every 5 steps, so the last is at step 15, and the step row and
 // the epoch row at step 16 were logged after it. The resumed run repeats
@@ -133,6 +324,14 @@ TEST(Logging, AResumedRunContinuesEveryFileWithEachStepOnce) {
   expect_the_same_scalars(straight.path(), killed.path(), [](const std::string& tag) {
     return tag == "train/loss_step" || tag == "train/loss" || tag == "lr-SGD";
   });
+  // The hyperparameters once, the first run's (its model.hang_after, not the
+  // resumed run's --set), and the end the resumed run wrote.
+  const auto events = killed / "run" / "events.out.tfevents.kiln";
+  EXPECT_EQ(occurrences(events, "_hparams_/session_start_info"), 1);
+  EXPECT_EQ(occurrences(events, "_hparams_/session_end_info"), 1);
+  const HParamsTab tab = hparams_tab(killed.path());
+  EXPECT_EQ(tab.status, (std::map<std::string, std::string>{{"run", "STATUS_SUCCESS"}})) << tab.output;
+  EXPECT_EQ(tab.hparam("run", "model.hang_on_rank"), "number_value 0.0") << tab.output;
 }
 
 TEST(Logging, WithTwoProcessesOnlyRankZeroWrites) {
