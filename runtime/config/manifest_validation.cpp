@@ -385,15 +385,16 @@ class Validator {
     const std::vector<std::string> ema_keys{"decay", "start_step"};
     const std::vector<std::string> swa_keys{"start_epoch", "swa_lr", "annealing_epochs"};
     const std::string kind = option_name(a.kind);
+    // kind = "none" turns the table off with its keys in place.
     for (const auto* keys : {&ema_keys, &swa_keys}) {
-      const bool own = (keys == &ema_keys) == (a.kind == AveragingKind::ema) && a.kind != AveragingKind::none;
-      if (own) continue;
+      const bool own = (keys == &ema_keys) == (a.kind == AveragingKind::ema);
+      if (own || a.kind == AveragingKind::none) continue;
       for (const std::string& key : *keys)
         if (has_key("averaging", key))
           fail(where_key("averaging", key) + ": averaging." + key + " is not read with averaging.kind = '" + kind +
                "' (it is for " + (keys == &ema_keys ? "ema" : "swa") + ")");
     }
-    if (a.kind == AveragingKind::ema && !(a.decay > 0.0 && a.decay < 1.0))
+    if (!(a.decay > 0.0 && a.decay < 1.0))
       fail(where_key("averaging", "decay") + ": averaging.decay must be in (0.0, 1.0), not " + float_text(a.decay) +
            " (0.999 is usual; 1 would never move, 0 would be the weights themselves)");
     if (a.kind != AveragingKind::swa) return;

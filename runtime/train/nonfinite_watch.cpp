@@ -17,13 +17,13 @@ void NonfiniteWatch::start(int64_t global_step) { window_start_ = global_step; }
 // for any finite loss and becomes NaN for NaN or +-inf.
 void NonfiniteWatch::add_loss(const at::Tensor& loss) {
   if (!on()) return;
-  if (!loss_acc_.defined()) loss_acc_ = at::zeros({}, loss.options().dtype(at::kFloat));
+  if (!loss_acc_.defined()) loss_acc_ = at::zeros(loss.sizes(), loss.options().dtype(at::kFloat));  // a [1] loss too
   loss_acc_.add_(loss, 0);
 }
 
 void NonfiniteWatch::add_grad_norm(const at::Tensor& norm) {
   if (!on()) return;
-  if (!grad_acc_.defined()) grad_acc_ = at::zeros({}, norm.options().dtype(at::kFloat));
+  if (!grad_acc_.defined()) grad_acc_ = at::zeros(norm.sizes(), norm.options().dtype(at::kFloat));
   grad_acc_.add_(norm, 0);
 }
 
@@ -39,8 +39,15 @@ std::vector<double> NonfiniteWatch::read_window(const std::vector<at::Tensor>* w
   ++reads_;
   at::Tensor found = at::zeros({3}, at::kDouble);
   auto* f = found.data_ptr<double>();
-  f[0] = std::isfinite(parts[0].data_ptr<float>()[0]) ? 0.0 : 1.0;
-  f[1] = std::isfinite(parts[1].data_ptr<float>()[0]) ? 0.0 : 1.0;
+  auto finite = [](const at::Tensor& t) {
+    const at::Tensor c = t.contiguous();
+    const float* v = c.data_ptr<float>();
+    for (int64_t i = 0; i < c.numel(); ++i)
+      if (!std::isfinite(v[i])) return false;
+    return true;
+  };
+  f[0] = finite(parts[0]) ? 0.0 : 1.0;
+  f[1] = finite(parts[1]) ? 0.0 : 1.0;
   f[2] = weights_bad.to(at::kFloat).data_ptr<float>()[0] != 0.0f ? 1.0 : 0.0;
   if (sum_over_ranks_) sum_over_ranks_(found);
   // The window starts afresh: a value found is reported once.

@@ -4,6 +4,9 @@
 // the file without tearing lines). The data is kiln_synthetic's kind: class
 // i % classes, centred on its class, learnable by kiln_mlp.
 //
+// With `val_size` > 0 the validation split has that many samples, and its
+// batches are recorded too, each line starting "val " (training's with "").
+//
 // [data]
 // path = "<build>/lib/kiln/test_plugins/libkiln_test_index_probe.so"
 // record = "/tmp/x/indices.txt"
@@ -29,6 +32,7 @@ class IndexProbe final : public kiln::DataModule {
     train_size_ = config.get<int64_t>("train_size", 240);
     features_ = config.get<int64_t>("features", 8);
     classes_ = config.get<int64_t>("classes", 2);
+    val_size_ = config.get<int64_t>("val_size", 0);
     if (record_.empty()) throw std::invalid_argument("record: a file to append the indices to is required");
   }
 
@@ -41,13 +45,15 @@ class IndexProbe final : public kiln::DataModule {
     fd_ = -1;
   }
 
-  int64_t length(kiln::Split split) override { return split == kiln::Split::train ? train_size_ : 0; }
+  int64_t length(kiln::Split split) override {
+    return split == kiln::Split::train ? train_size_ : split == kiln::Split::val ? val_size_ : 0;
+  }
 
   kiln::TensorMap get_batch(kiln::Split split, const int64_t* indices, size_t count) override {
-    std::string line;
+    std::string line = split == kiln::Split::val ? "val " : "";
     for (size_t i = 0; i < count; ++i) line += (i ? " " : "") + std::to_string(indices[i]);
     line += "\n";
-    if (split == kiln::Split::train && ::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    if ((split == kiln::Split::train || split == kiln::Split::val) && ::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
       throw std::runtime_error("cannot write " + record_);
     const at::Tensor index = torch::from_blob(const_cast<int64_t*>(indices), {static_cast<int64_t>(count)}, at::kLong).clone();
     const at::Tensor target = index.remainder(classes_);
@@ -59,7 +65,7 @@ class IndexProbe final : public kiln::DataModule {
 
  private:
   std::string record_;
-  int64_t train_size_ = 0, features_ = 0, classes_ = 0;
+  int64_t train_size_ = 0, features_ = 0, classes_ = 0, val_size_ = 0;
   int fd_ = -1;
 };
 

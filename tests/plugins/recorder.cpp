@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <string>
@@ -131,7 +132,8 @@ class Recording : public Base {
 // on that rank never returns from step hang_after on); max_reduce_on_rank
 // (log "val/mixed" reduced by max on that rank, by mean on the others);
 // tensor_metrics (log the same values as tensors and as doubles, with each
-// reduction: "val/tensor_<r>" and "val/double_<r>"); wait_for (training_step first waits until the log holds this line;
+// reduction: "val/tensor_<r>" and "val/double_<r>"); nan_from_step (training_step
+// calls from this one on, 0-based, return a NaN loss; nan_on_rank: only there); wait_for (training_step first waits until the log holds this line;
 // "{rank}" in it becomes this rank); step_ms (each training_step sleeps this
 // long: a run slow enough for a test to act on).
 class RecorderModel : public Recording<kiln::Model> {
@@ -146,7 +148,9 @@ class RecorderModel : public Recording<kiln::Model> {
         max_reduce_on_rank_(config.get<int64_t>("max_reduce_on_rank", -1)),
         tensor_metrics_(config.get<bool>("tensor_metrics", false)),
         wait_for_(config.get<std::string>("wait_for", "")),
-        step_ms_(config.get<int64_t>("step_ms", 0)) {
+        step_ms_(config.get<int64_t>("step_ms", 0)),
+        nan_from_step_(config.get<int64_t>("nan_from_step", -1)),
+        nan_on_rank_(config.get<int64_t>("nan_on_rank", -1)) {
     if (const size_t at = wait_for_.find("{rank}"); at != std::string::npos)
       wait_for_.replace(at, 6, std::to_string(host.rank()));
     if (const std::string buffer = config.get<std::string>("buffer", ""); !buffer.empty())
@@ -185,7 +189,10 @@ class RecorderModel : public Recording<kiln::Model> {
       recorder_.record("training_step hangs");
       for (;;) ::sleep(60);
     }
-    return torch::nn::functional::cross_entropy(net_->forward(batch["input"]), batch["target"]);
+    at::Tensor loss = torch::nn::functional::cross_entropy(net_->forward(batch["input"]), batch["target"]);
+    if (nan_from_step_ >= 0 && calls_++ >= nan_from_step_ && (nan_on_rank_ < 0 || nan_on_rank_ == host().rank()))
+      loss = loss * std::numeric_limits<double>::quiet_NaN();  // a loss gone bad: NaN gradients follow
+    return loss;
   }
   void validation_step(const kiln::Batch& batch, int64_t b) override {
     recorder_.hook("validation_step");
@@ -227,7 +234,8 @@ class RecorderModel : public Recording<kiln::Model> {
   int64_t hang_on_rank_, hang_after_, max_reduce_on_rank_;
   std::string wait_for_;
   int64_t step_ms_;
-  int64_t steps_ = 0;
+  int64_t nan_from_step_, nan_on_rank_;
+  int64_t steps_ = 0, calls_ = 0;
 };
 
 // Data keys: size (16), features (4); odd_rank_size (a different length on

@@ -20,6 +20,7 @@
 #include "plugin/host_objects.hpp"
 #include "train/loops/evaluation_loop.hpp"
 #include "train/loops/fit_loop.hpp"
+#include "train/nonfinite_watch.hpp"
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
 #include "train/optim.hpp"
@@ -254,8 +255,11 @@ struct Fit {
     settings.checkpoint_every_n_epochs = 1;
   }
   GradScaler* scaler = nullptr;
+  NonfiniteWatch* nonfinite = nullptr;
   TrainPosition run(const TrainPosition& start = {}) {
-    FitLoop loop(context, settings, Optimization{optimizer, *schedule, trainable, nullptr, scaler}, *stop);
+    Optimization optimization{optimizer, *schedule, trainable, nullptr, scaler};
+    optimization.nonfinite = nonfinite;
+    FitLoop loop(context, settings, optimization, *stop);
     loop.run(start);
     return loop.position();
   }

@@ -147,10 +147,14 @@ TEST(FitLoopTest, TheTrainingStepReadsNothingBackFromTheDevice) {
   FakeCollector collector;
   fit.context.collector = &collector;
   fit.model.collect_into = &collector.collection;
+  // trainer.detect_nonfinite on (its default): still nothing read per step.
+  NonfiniteWatch watch(NonfiniteMode::raise, /*check_every=*/50);
+  fit.nonfinite = &watch;
   HostReads reads;
   const TrainPosition end = fit.run();
   EXPECT_EQ(text(end), "3/0/6");
   EXPECT_EQ(reads.count(), 0) << "no item() anywhere in the loop";
+  EXPECT_EQ(watch.reads(), 3) << "one copy of the non-finite check per epoch end (a log point), none per step";
   EXPECT_EQ(collector.rows_per_epoch, (std::vector<int64_t>{10, 10, 10})) << "every epoch's rows, merged";
   EXPECT_EQ(fit.metrics.on_device->device_reads(), 3) << "one copy of the pending metrics per epoch end, none per step";
   ASSERT_EQ(fit.control.rows.size(), 3u);
@@ -362,3 +366,32 @@ TEST(StopConditionTest, TheFirstReasonIsTheOneKept) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln::test {
+namespace {
+
+// Lightning's sanity check: after on_fit_start, N validation batches before
+// the first training batch, with no callback event and nothing recorded.
+TEST(FitLoopTest, TheSanityCheckRunsItsValidationBatchesFirstAndRecordsNothing) {
+  Fit fit(1, -1);
+  fit.settings.sanity_val_steps = 1;
+  fit.model.has_test = false;
+  fit.run();
+  ASSERT_GE(fit.model.calls.size(), 3u);
+  EXPECT_EQ(fit.model.calls[0], "val 0");
+  EXPECT_EQ(fit.model.calls[1], "train 0") << "one batch, then training";
+  EXPECT_EQ(fit.events.seen.front(), "on_fit_start");
+  EXPECT_EQ(fit.events.seen[1], "on_train_epoch_start") << "no validation events for the sanity check";
+  EXPECT_EQ(fit.data.opened.front(), "val epoch 0 from 0");
+
+  Fit all(1, -1);
+  all.settings.sanity_val_steps = -1;
+  all.model.has_test = false;
+  all.run();
+  EXPECT_EQ(std::vector<std::string>(all.model.calls.begin(), all.model.calls.begin() + 3),
+            (std::vector<std::string>{"val 0", "val 1", "train 0"}))
+      << "-1: the whole split (6 rows, batches of 4)";
+}
+
+}  // namespace
+}  // namespace kiln::test

@@ -24,6 +24,7 @@
 #include "distributed/grad_sync.hpp"
 #include "distributed/heartbeat.hpp"
 #include "distributed/process_group.hpp"
+#include "metrics/hparams.hpp"
 #include "metrics/loggers.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "plugin/proxies.hpp"
@@ -86,7 +87,10 @@ class Run {
         progress_(Progress::mode_from(manifest.trainer.progress), manifest.trainer.log_every_n_steps),
         loggers_(manifest.logging.loggers, manifest.run.dir),
         events_(loggers_),
-        stop_(settings_.max_epochs, settings_.max_steps, settings_.vote_every_n_steps, settings_.max_seconds) {}
+        stop_(settings_.max_epochs, settings_.max_steps, settings_.vote_every_n_steps, settings_.max_seconds) {
+    // TensorBoard's HPARAMS tab: the manifest, --set applied, as dotted keys.
+    loggers_.set_hparams(flatten_manifest_hparams(manifest.text));
+  }
 
   RunOutcome execute(RunPlugins plugins) {
     configure_torch();
@@ -100,6 +104,7 @@ class Run {
     const bool local_zero = !dist_ || dist_->local_rank == 0;
     outcome.failure = session_->run(
         stage_of(command_), /*prepare_data=*/local_zero, [&] { if (group_) group_->barrier(); }, [&] { body(); });
+    loggers_.finish(!outcome.failure);  // the hparams session's end and its status (rank 0's files only)
     context_.reset();
     outcome.metrics = metrics_->latest();
     outcome.calls_abandoned = session_->data().calls_in_flight() > 0;

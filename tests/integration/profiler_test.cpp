@@ -1,0 +1,103 @@
+// [profiler] (issue 23): a real two-process fit profiled — the trace of
+// each rank parses as Chrome trace events with every phase, its events nest
+// and never overlap within a track, the data workers have tracks of their
+// own; the simple table's phases account for the fit's wall time.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "integration/common.hpp"
+
+namespace kiln::test {
+namespace {
+
+// The table's rows: phase -> share (%), and its wall time.
+struct Table {
+  double wall = -1;
+  std::map<std::string, double> share;
+};
+Table read_table(const std::string& output) {
+  Table t;
+  std::smatch m;
+  if (std::regex_search(output, m, std::regex("profile of the fit[^:]*: ([0-9.]+) s wall"))) t.wall = std::stod(m[1]);
+  const std::regex row("\\n  ([a-z_ ()-]+[a-z)]) +(?:[0-9]+ +)?[-0-9.]+ +(?:[0-9.]+ +)? *(-?[0-9.]+)%");
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), row); it != std::sregex_iterator(); ++it)
+    t.share[(*it)[1]] = std::stod((*it)[2]);
+  return t;
+}
+
+TEST(Profiler, TwoRanksTraceEveryPhaseNestedAndTheTableAddsUp) {
+  KILN_REQUIRE_CHECK_PYTHON();
+  TempDir dir;
+  // A checkpoint each epoch, a worker thread for get_batch, validation.
+  const auto m = synthetic_manifest(dir, "\n[profiler]\nkind = \"trace\"\n\n[checkpoint]\n");
+  const auto started = std::chrono::steady_clock::now();
+  const ProcessResult r =
+      kiln_fit(m, {"-n", "2", "--set", "trainer.data_workers=1", "--set", "trainer.log_every_n_steps=5"});
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const Table table = read_table(r.output);
+  ASSERT_GT(table.wall, 0) << r.output;
+  EXPECT_LT(table.wall, elapsed) << "the fit is part of the process's life";
+  EXPECT_NE(r.output.find("the slowest of 2"), std::string::npos) << r.output;
+  double phases = 0;
+  for (const char* phase : {"get_batch wait", "training_step", "backward", "gradient all-reduce wait",
+                            "optimizer step", "validation", "callbacks", "checkpoint commit", "logging"}) {
+    ASSERT_TRUE(table.share.count(phase)) << phase << "\n" << r.output;
+    phases += table.share.at(phase);
+  }
+  EXPECT_NEAR(phases, 100.0, 5.0) << "the phases account for the fit's wall time\n" << r.output;
+  ASSERT_TRUE(table.share.count("other (the loop itself)")) << r.output;
+  EXPECT_NEAR(phases + table.share.at("other (the loop itself)"), 100.0, 0.2) << r.output;
+
+  write_file(dir / "check.py", R"(import json, sys
+phases = {"get_batch wait", "training_step", "backward", "gradient all-reduce wait", "optimizer step",
+          "validation", "callbacks", "checkpoint commit", "logging", "fit"}
+for path in sys.argv[1:]:
+    trace = json.load(open(path))
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    names = {e["name"] for e in events}
+    assert phases <= names, (path, phases - names)
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert "main" in threads and any(t.startswith("data worker") for t in threads), threads
+    workers = [e for e in events if e["tid"] != 0]
+    assert workers and all(e["name"] == "get_batch" for e in workers), path
+    tracks = {}
+    for e in events:
+        assert e["dur"] >= 0 and e["ts"] >= 0, e
+        tracks.setdefault((e["pid"], e["tid"]), []).append(e)
+    eps = 0.002  # microseconds: the file's resolution
+    for track, evs in tracks.items():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        open_ = []
+        for e in evs:
+            while open_ and open_[-1]["ts"] + open_[-1]["dur"] <= e["ts"] + eps:
+                open_.pop()
+            if open_:
+                parent = open_[-1]
+                assert e["ts"] + e["dur"] <= parent["ts"] + parent["dur"] + eps, ("overlap", track, parent, e)
+            open_.append(e)
+    print(path, len(events), "events,", len(tracks), "tracks")
+)");
+  const ProcessResult check = run_process({check_python().string(), (dir / "check.py").string(),
+                                           (dir / "run" / "trace.rank0.json").string(),
+                                           (dir / "run" / "trace.rank1.json").string()});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+}
+
+TEST(Profiler, SimpleWritesNoTraceAndOffSaysNothing) {
+  TempDir dir;
+  const auto m = synthetic_manifest(dir, "\n[profiler]\nkind = \"simple\"\n");
+  const ProcessResult r = kiln_fit(m, {"--set", "trainer.max_epochs=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Table table = read_table(r.output);
+  EXPECT_GT(table.wall, 0) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run" / "trace.rank0.json"));
+  const ProcessResult off = kiln_fit(m, {"--set", "trainer.max_epochs=1", "--set", "profiler.kind=none"});
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_EQ(off.output.find("profile of the fit"), std::string::npos) << off.output;
+}
+
+}  // namespace
+}  // namespace kiln::test
