@@ -197,6 +197,17 @@ std::vector<BadInput> catalogue() {
       // --- time and validation cadence --------------------------------------------
       {"max_time_that_does_not_parse", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_time=2h"}); c.names = "trainer.max_time"; }},
       {"val_check_interval_zero", [](Case& c) { c.args = fit(c, {"--set", "trainer.val_check_interval=0"}); c.names = "trainer.val_check_interval"; }},
+      // --- around the loop (issue 23) ---------------------------------------------
+      {"num_sanity_val_steps_below_minus_one", [](Case& c) { c.args = fit(c, {"--set", "trainer.num_sanity_val_steps=-2"}); c.names = "trainer.num_sanity_val_steps must be >= -1"; }},
+      {"overfit_batches_with_limit_train_batches", [](Case& c) { c.args = fit(c, {"--set", "trainer.overfit_batches=2", "--set", "trainer.limit_train_batches=5"}); c.names = "trainer.limit_train_batches cannot be set with trainer.overfit_batches"; }},
+      {"detect_nonfinite_unknown", [](Case& c) { c.args = fit(c, {"--set", "trainer.detect_nonfinite=loud"}); c.names = "trainer.detect_nonfinite must be 'off', 'warn' or 'raise', not 'loud'"; }},
+      {"ema_decay_one", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=ema", "--set", "averaging.decay=1.0"}); c.names = "averaging.decay must be in (0.0, 1.0)"; }},
+      {"ema_decay_zero", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=ema", "--set", "averaging.decay=0.0"}); c.names = "averaging.decay must be in (0.0, 1.0)"; }},
+      {"swa_starting_after_the_last_epoch", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=swa", "--set", "averaging.start_epoch=5"}); c.names = "SWA would start at epoch 5"; }},
+      {"swa_fraction_of_unbounded_epochs", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=swa", "--set", "trainer.max_epochs=-1", "--set", "trainer.max_steps=10"}); c.names = "averaging.start_epoch = 0.8 is a fraction of trainer.max_epochs"; }},
+      {"swa_lr_with_a_per_step_schedule", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=swa", "--set", "averaging.swa_lr=0.01", "--set", "scheduler.interval=step"}); c.names = "averaging.swa_lr replaces the learning-rate schedule"; }},
+      {"swa_key_with_ema", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=ema", "--set", "averaging.swa_lr=0.01"}); c.names = "averaging.swa_lr is not read with averaging.kind = 'ema'"; }},
+      {"profiler_unknown_kind", [](Case& c) { c.args = fit(c, {"--set", "profiler.kind=pytorch"}); c.names = "profiler.kind must be 'none', 'simple' or 'trace', not 'pytorch'"; }},
       // --- command lines --------------------------------------------------------
       {"cli_unknown_flag", [](Case& c) { c.args = fit(c, {"--frobnicate"}); c.names = "--frobnicate"; }},
       {"cli_zero_processes", [](Case& c) { c.args = fit(c, {"-n", "0"}); c.names = "--processes"; }},
