@@ -59,7 +59,9 @@ class Mlp final : public kiln_plugins::Classifier {
     for (size_t i = 0; i < layers_.size(); ++i) {
       x = layers_[i]->forward(x);
       if (i + 1 == layers_.size()) break;
-      x = torch::relu(x);
+      // In place: the Linear's output is not needed by its backward (addmm
+      // keeps its inputs), and the step saves a tensor a layer.
+      x.relu_();
       // Skipped outright at 0 so the arithmetic is exactly Linear/ReLU.
       if (dropout_ > 0.0) x = torch::dropout(x, dropout_, net_.is_training());
     }

@@ -13,16 +13,34 @@ NonfiniteWatch::NonfiniteWatch(NonfiniteMode mode, int64_t check_every,
 
 void NonfiniteWatch::start(int64_t global_step) { window_start_ = global_step; }
 
-// One kernel a step: add_ with alpha 0 computes acc + 0 * loss, which stays 0
+// A float32 or float64 value in host memory is read where it lies: no
+// operator, nothing to wait for (a CPU step has computed it already).
+// Whether it was taken so.
+bool NonfiniteWatch::host_value_bad(const at::Tensor& value, bool* bad) {
+  if (!value.device().is_cpu() || value.numel() != 1) return false;
+  double v;
+  if (value.scalar_type() == at::kFloat)
+    v = *static_cast<const float*>(value.data_ptr());
+  else if (value.scalar_type() == at::kDouble)
+    v = *static_cast<const double*>(value.data_ptr());
+  else
+    return false;
+  if (!std::isfinite(v)) *bad = true;
+  return true;
+}
+
+// Elsewhere one kernel a step: add_ with alpha 0 computes acc + 0 * loss, which stays 0
 // for any finite loss and becomes NaN for NaN or +-inf.
 void NonfiniteWatch::add_loss(const at::Tensor& loss) {
   if (!on()) return;
+  if (host_value_bad(loss, &host_loss_bad_)) return;
   if (!loss_acc_.defined()) loss_acc_ = at::zeros(loss.sizes(), loss.options().dtype(at::kFloat));  // a [1] loss too
   loss_acc_.add_(loss, 0);
 }
 
 void NonfiniteWatch::add_grad_norm(const at::Tensor& norm) {
   if (!on()) return;
+  if (host_value_bad(norm, &host_grad_bad_)) return;
   if (!grad_acc_.defined()) grad_acc_ = at::zeros(norm.sizes(), norm.options().dtype(at::kFloat));
   grad_acc_.add_(norm, 0);
 }
@@ -46,8 +64,9 @@ std::vector<double> NonfiniteWatch::read_window(const std::vector<at::Tensor>* w
       if (!std::isfinite(v[i])) return false;
     return true;
   };
-  f[0] = finite(parts[0]) ? 0.0 : 1.0;
-  f[1] = finite(parts[1]) ? 0.0 : 1.0;
+  f[0] = finite(parts[0]) && !host_loss_bad_ ? 0.0 : 1.0;
+  f[1] = finite(parts[1]) && !host_grad_bad_ ? 0.0 : 1.0;
+  host_loss_bad_ = host_grad_bad_ = false;
   f[2] = weights_bad.to(at::kFloat).data_ptr<float>()[0] != 0.0f ? 1.0 : 0.0;
   if (sum_over_ranks_) sum_over_ranks_(found);
   // The window starts afresh: a value found is reported once.

@@ -2,7 +2,8 @@
 // where clipping computes it) found without reading the device every step.
 // Each step folds its loss into an accumulator on the loss's device
 // (acc += 0 * loss: 0 while every loss is finite, NaN from the first that is
-// not); the accumulator is read back only at the loop's log points, every
+// not), or, for a loss in host memory, looks at its value where it lies; the
+// accumulator is read back only at the loop's log points, every
 // trainer.log_every_n_steps optimizer steps and at each epoch's end, where
 // the loop reads back anyway. So a bad step is named by its window ("between
 // step 3150 and 3200"), exactly when the window is one step.
@@ -70,7 +71,10 @@ class NonfiniteWatch {
   NonfiniteMode mode_;
   int64_t check_every_;
   std::function<void(at::Tensor&)> sum_over_ranks_;
-  at::Tensor loss_acc_, grad_acc_;  // on the loss's device, 0-dim float32
+  static bool host_value_bad(const at::Tensor& value, bool* bad);
+
+  at::Tensor loss_acc_, grad_acc_;  // on the loss's device, float32 (a value off the host's memory)
+  bool host_loss_bad_ = false, host_grad_bad_ = false;  // values read in host memory
   int64_t window_start_ = 0;
   bool warned_ = false;
   int64_t reads_ = 0;

@@ -274,9 +274,16 @@ const std::string kModel = "kiln.test.collect_model";
 INSTANTIATE_TEST_SUITE_P(
     Collect, Misuses,
     testing::Values(
-        Misuse{"WrongRows", {"misuse = \"wrong_rows\"\n"}, 1, {kModel, "training_step", "'scores'", "the batch has 8 samples"}},
-        Misuse{"CarelessPluginIgnoresTheError", {"misuse = \"ignore_error\"\n"}, 1, {kModel, "training_step", "'scores'"}},
-        Misuse{"DtypeChange", {"misuse = \"dtype_change\"\n"}, 1, {kModel, "training_step", "keeps its dtype"}},
+        // The training step's misuses, without the sanity check (whose
+        // validation_step would meet them first: InTheSanityCheck below).
+        Misuse{"WrongRows", {"misuse = \"wrong_rows\"\n", "", "num_sanity_val_steps = 0\n"}, 1,
+               {kModel, "training_step", "'scores'", "the batch has 8 samples"}},
+        Misuse{"CarelessPluginIgnoresTheError", {"misuse = \"ignore_error\"\n", "", "num_sanity_val_steps = 0\n"}, 1,
+               {kModel, "training_step", "'scores'"}},
+        Misuse{"DtypeChange", {"misuse = \"dtype_change\"\n", "", "num_sanity_val_steps = 0\n"}, 1,
+               {kModel, "training_step", "keeps its dtype"}},
+        Misuse{"WrongRowsInTheSanityCheck", {"misuse = \"wrong_rows\"\n"}, 1,
+               {kModel, "validation_step", "'scores'", "in the sanity check before the first training step"}},
         Misuse{"SkippedBatch", {"misuse = \"skip_batch\"\n"}, 1, {kModel, "batch 1 did not collect 'scores'"}},
         Misuse{"OutsideAStep", {"misuse = \"outside_step\"\n"}, 1, {kModel, "on_epoch_end", "outside a step"}},
         Misuse{"RankDiffers", {"misuse = \"rank_differs\"\n"}, 2, {kModel, "rank 1 collected 'scores' as"}},

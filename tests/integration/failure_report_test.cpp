@@ -270,7 +270,7 @@ TEST_P(StuckGetBatch, ErrorIsReportedAndCleanupRunsWithinABound) {
   auto r = kiln({"fit",
                  recorder_manifest(dir, "fail_at = [\"training_step\"]\nwait_for = \"" + stalled + "\"",
                                    "size = 64\nstall_after = 1\nstall_s = 600", "",
-                                   "max_epochs = 1\nbatch_size = 4\ndata_workers = 1\n")
+                                   "max_epochs = 1\nbatch_size = 4\ndata_workers = 1\nnum_sanity_val_steps = 0\n")
                      .string(),
                  "-n", std::to_string(processes)},
                 {.timeout = std::chrono::seconds(120)});
@@ -299,7 +299,10 @@ INSTANTIATE_TEST_SUITE_P(Processes, StuckGetBatch, testing::Values(1, 2),
 // one line naming the plugin and hook, without LibTorch's C++ backtrace.
 TEST(FailureReport, LibTorchErrorInAPluginIsOneLineWithoutBacktrace) {
   TempDir dir;
-  auto r = kiln({"fit", recorder_manifest(dir, "features = 5", "features = 4", "", "max_epochs = 1").string()},
+  // Without the sanity check, whose validation_step would meet the same
+  // error first (integration.SanityCheck.* covers that one).
+  auto r = kiln({"fit", recorder_manifest(dir, "features = 5", "features = 4", "",
+                                          "max_epochs = 1\nnum_sanity_val_steps = 0").string()},
                 {.timeout = kTimeout});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(final_error(r.output).find("plugin 'test.recorder_model' [model] failed in training_step on rank 0: "),
