@@ -1,5 +1,7 @@
 #include "metrics/hparams.hpp"
 
+#include "metrics/jsonl_logger.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -21,28 +23,8 @@ std::string float_text(double v) {
   return shortest_double(v);
 }
 
-// A TOML basic string.
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (const unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
+// A TOML basic string: JSON's escapes are all TOML's too.
+std::string quoted(const std::string& s) { return json_string(s); }
 
 std::string key_text(const std::string& key) {
   bool bare = !key.empty();

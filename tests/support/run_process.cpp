@@ -117,4 +117,14 @@ double timeout_scale() {
   return value >= 1.0 ? value : 1.0;
 }
 
+std::string hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
 }  // namespace kiln::test

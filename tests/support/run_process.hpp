@@ -50,6 +50,8 @@ class TempDir {
 
 void write_file(const std::filesystem::path& file, const std::string& text);
 std::string read_file(const std::filesystem::path& file);
+// Bytes as lowercase hex digits (what a test compares bytes by).
+std::string hex(const std::string& bytes);
 
 // Paths of the build under test (set by tests/CMakeLists.txt).
 std::filesystem::path kiln_exe();

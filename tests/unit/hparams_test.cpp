@@ -22,22 +22,8 @@
 namespace kiln {
 namespace {
 
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-std::string read(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using test::hex;
+using test::read_file;
 
 }  // namespace
 
@@ -188,7 +174,7 @@ TEST(HParams, SessionEventsAreTheBytesProtobufWrites) {
 // The events of the file, as "version", "start", "end" or "scalars@<step>".
 std::vector<std::string> event_kinds(const std::filesystem::path& file) {
   std::vector<std::string> out;
-  for (const std::string& e : read_tfrecords(read(file))) {
+  for (const std::string& e : read_tfrecords(read_file(file))) {
     if (e.find("brain.Event:2") != std::string::npos)
       out.push_back("version");
     else if (e.find("_hparams_/session_start_info") != std::string::npos)
@@ -220,7 +206,7 @@ TEST(HParams, TheTensorBoardLoggerWritesTheStartOncePerFileAndTheEndAtFinish) {
   EXPECT_EQ(event_kinds(file), (std::vector<std::string>{"version", "start", "scalars", "scalars", "end"}));
   {
     // At the last row's step (Event.step = 2: 10 08), STATUS_FAILURE (SessionEndInfo: 08 02).
-    const std::string end = read_tfrecords(read(file)).back();
+    const std::string end = read_tfrecords(read_file(file)).back();
     EXPECT_EQ(end.substr(9, 2), std::string("\x10\x08", 2));
     EXPECT_NE(end.find(std::string("\x0b\x08\x02\x11", 4)), std::string::npos);
   }
@@ -234,7 +220,7 @@ TEST(HParams, TheTensorBoardLoggerWritesTheStartOncePerFileAndTheEndAtFinish) {
     loggers.finish(true);
   }
   EXPECT_EQ(event_kinds(file), (std::vector<std::string>{"version", "start", "scalars", "scalars", "end"}));
-  const auto events = read_tfrecords(read(file));
+  const auto events = read_tfrecords(read_file(file));
   // The first run's hparams (0.003), not the resumed run's (0.1).
   auto number_value = [](double v) {  // Value.number_value = 2, wire type 1: 11 <8 bytes>
     std::string out = "\x11";

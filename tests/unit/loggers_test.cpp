@@ -22,15 +22,7 @@
 namespace kiln {
 namespace {
 
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
+using test::hex;
 
 std::string read(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
