@@ -116,3 +116,27 @@ TEST(Averaging, SwaAveragesEpochEndsAndSetsItsRate) {
 
 }  // namespace
 }  // namespace kiln::test
+
+namespace kiln::test {
+namespace {
+
+// The fit's last validation ran on the averaged weights; `kiln validate
+// --ckpt last` of the same run must evaluate the same average and so log the
+// same val/loss, to the last digit.
+TEST(Averaging, ValidateOfACheckpointEvaluatesItsAverage) {
+  TempDir dir;
+  const auto m = synthetic_manifest(dir, "\n[averaging]\nkind = \"ema\"\ndecay = 0.9\n\n[checkpoint]\n");
+  const ProcessResult fit = kiln_fit(m, {"--set", "trainer.max_epochs=2"});
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const double fit_loss = last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss");
+  std::filesystem::remove(dir / "run" / "metrics.csv");
+  const ProcessResult validate =
+      kiln({"validate", m.string(), "--ckpt", "last", "--set", "trainer.max_epochs=2"}, {.timeout = std::chrono::seconds(120)});
+  ASSERT_EQ(validate.exit_code, 0) << validate.output;
+  EXPECT_NE(validate.output.find("averaging: evaluating the checkpoint's ema weights"), std::string::npos)
+      << validate.output;
+  EXPECT_EQ(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), fit_loss) << validate.output;
+}
+
+}  // namespace
+}  // namespace kiln::test
