@@ -1,6 +1,7 @@
 #include "train/weight_averaging.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <spdlog/spdlog.h>
 
 namespace kiln {
