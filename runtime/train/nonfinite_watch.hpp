@@ -48,9 +48,11 @@ class NonfiniteWatch {
   void add_loss(const at::Tensor& loss);
   void add_grad_norm(const at::Tensor& norm);
 
+  // Whether optimizer step `global_step` is a log point (every rank alike).
+  bool due(int64_t global_step) const { return on() && global_step % check_every_ == 0; }
   // After optimizer step `global_step` (every rank): a log point when due.
   void after_step(int64_t global_step, int64_t epoch) {
-    if (on() && global_step % check_every_ == 0) check(global_step, epoch);
+    if (due(global_step)) check(global_step, epoch);
   }
   // A log point (every rank together): reads the window back; throws
   // NonfiniteTraining (raise) or logs one warning (warn) when it held a
