@@ -1,5 +1,6 @@
 #include "image_decode.hpp"
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -76,6 +77,20 @@ int decode_jpeg_frame(const uint8_t* data, size_t size, uint64_t max_pixels, std
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, const_cast<unsigned char*>(data), static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
+  // Refuse the size before jpeg_start_decompress: a progressive frame's
+  // coefficient buffers for the whole image are allocated there, so a header
+  // claiming a huge image would cost memory before any size check after it.
+  if (uint64_t{cinfo.image_width} * cinfo.image_height > max_pixels || cinfo.image_width == 0 ||
+      cinfo.image_height == 0) {
+    header->width = static_cast<int>(cinfo.image_width);
+    header->height = static_cast<int>(cinfo.image_height);
+    jpeg_destroy_decompress(&cinfo);
+    return 0;  // the caller refuses the size
+  }
+  // And a bound on what libjpeg allocates for one image within that size
+  // (coefficients and sampling buffers): a few bytes per pixel and component.
+  cinfo.mem->max_memory_to_use = static_cast<long>(std::min<uint64_t>(
+      max_pixels * 64 + (uint64_t{64} << 20), static_cast<uint64_t>(std::numeric_limits<long>::max())));
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     header->cmyk = true;
     jpeg_destroy_decompress(&cinfo);
