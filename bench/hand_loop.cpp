@@ -1,10 +1,13 @@
 // The reference training benchmark (shared/bench-definition.md) as a plain,
 // hand-written LibTorch loop: what kiln's overhead is measured against.
 //
-//   bench_hand_loop <mlp256|mlp32> <threads> [data_dir] [--batch N]
+//   bench_hand_loop <mlp256|mlp32> <threads> [data_dir] [--batch N] [--epochs N] [--batches N]
 //
 // --batch overrides the definition's batch size (128 for mlp256, 32 for
-// mlp32): bench/cost_curve.sh sweeps it.
+// mlp32): bench/cost_curve.sh sweeps it. --epochs (default 3): two runs that
+// differ only in it give one epoch's counts under `perf stat`. --batches caps
+// each timed epoch's batches (callgrind: two runs that differ only in it give
+// a step's instructions).
 // Prints the like-for-like markers (initial parameter sum, first indices of
 // epoch 0's permutation, last-batch loss, test accuracy) and one line per
 // timed epoch, in the same words as bench/run.sh parses from kiln.
@@ -64,6 +67,8 @@ struct Mlp {
 int main(int argc, char** argv) {
   std::vector<std::string> args;
   int64_t batch_option = 0;
+  int epochs = 3;
+  int64_t max_batches = INT64_MAX;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--batch" && i + 1 < argc) {
@@ -72,12 +77,24 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: --batch must be a positive integer, not '%s'\n", argv[0], argv[i]);
         return 2;
       }
+    } else if (arg == "--batches" && i + 1 < argc) {
+      max_batches = std::atoll(argv[++i]);
+      if (max_batches < 1) {
+        std::fprintf(stderr, "%s: --batches must be a positive integer, not '%s'\n", argv[0], argv[i]);
+        return 2;
+      }
+    } else if (arg == "--epochs" && i + 1 < argc) {
+      epochs = std::atoi(argv[++i]);
+      if (epochs < 1) {
+        std::fprintf(stderr, "%s: --epochs must be a positive integer, not '%s'\n", argv[0], argv[i]);
+        return 2;
+      }
     } else {
       args.push_back(arg);
     }
   }
   if (args.size() < 2 || (args[0] != "mlp256" && args[0] != "mlp32")) {
-    std::fprintf(stderr, "usage: %s <mlp256|mlp32> <threads> [data_dir] [--batch N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <mlp256|mlp32> <threads> [data_dir] [--batch N] [--epochs N] [--batches N]\n", argv[0]);
     return 2;
   }
   const std::string which = args[0];
@@ -129,7 +146,7 @@ int main(int argc, char** argv) {
   torch::optim::Adam optimizer(params, torch::optim::AdamOptions(1e-3));
   at::Generator generator = at::detail::createCPUGenerator(0);
   double last_loss = 0;
-  for (int epoch = 0; epoch < 3; ++epoch) {
+  for (int epoch = 0; epoch < epochs; ++epoch) {
     const auto order = torch::randperm(n, generator, torch::kLong);
     if (epoch == 0) {
       std::printf("epoch 0 order starts");
@@ -137,9 +154,10 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
     const auto start = std::chrono::steady_clock::now();
-    const int64_t steps = train_epoch(model, optimizer, params, order, INT64_MAX, &last_loss);
+    const int64_t steps = train_epoch(model, optimizer, params, order, max_batches, &last_loss);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("epoch %d seconds %.4f samples/s %.0f us/step %.1f\n", epoch, seconds, n / seconds,
+    std::printf("epoch %d seconds %.4f samples/s %.0f us/step %.1f\n", epoch, seconds,
+                static_cast<double>(std::min<int64_t>(n, steps * batch)) / seconds,
                 1e6 * seconds / steps);
   }
   std::printf("last batch loss %.6f\n", last_loss);

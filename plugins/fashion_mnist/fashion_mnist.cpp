@@ -27,16 +27,27 @@ namespace {
 
 constexpr const char* kId = "kiln.fashion_mnist";
 constexpr int64_t kSide = 28;
+constexpr int64_t kPixels = kSide * kSide;
 constexpr int64_t kClasses = 10;
 // Mean and standard deviation of the training images' pixels, scaled to [0, 1].
 constexpr double kMean = 0.2860;
 constexpr double kStd = 0.3530;
 
+// One image's bytes as float32 in [0, 1]. Cloned for AVX2 (chosen when the
+// plugin is loaded, where the CPU has it): 8 divisions an instruction, as
+// ATen's own kernels; a batch of 32 took 15.6 us with SSE2, 12-13 with AVX2,
+// and 25-30 us through index_select and at::div (bench/README.md, issue 23).
+__attribute__((target_clones("avx2", "default"))) void scale_row(const uint8_t* from, float* to) {
+  for (int64_t j = 0; j < kPixels; ++j) to[j] = static_cast<float>(from[j]) / 255.0f;
+}
+
 // One split: images stay uint8 (a quarter of the memory of float32) and are
 // converted per batch, which costs little next to a training step.
+// Contiguous, as read_idx returns them and narrow(0, ...) keeps them: get_batch
+// reads rows by pointer.
 struct SplitData {
-  at::Tensor images;  // uint8 [N, 28, 28]
-  at::Tensor labels;  // int64 [N]
+  at::Tensor images;  // uint8 [N, 28, 28], contiguous
+  at::Tensor labels;  // int64 [N], contiguous
 };
 
 class FashionMnist final : public kiln::DataModule {
@@ -80,18 +91,28 @@ class FashionMnist final : public kiln::DataModule {
   }
 
   // Read-only on tensors fixed in setup, hence KILN_DATA_CONCURRENT_GET_BATCH.
+  // One pass over the batch's bytes, gathering and converting together
+  // with no operator dispatched but the two empty(): index_select and
+  // at::div(uint8, 255.0) were eleven operators and two intermediate
+  // tensors a batch, ~2 % of mlp32's step (bench/README.md, issue 23).
+  // x / 255.0f is what at::div computes in float32, bit for bit.
   kiln::TensorMap get_batch(kiln::Split split, const int64_t* indices, size_t count) override {
     const SplitData& data = select(split);
     const int64_t size = data.labels.defined() ? data.labels.size(0) : 0;
-    const at::Tensor index = kiln_plugins::sample_index(indices, count, size);
+    kiln_plugins::check_sample_indices(indices, count, size);
     const int64_t n = static_cast<int64_t>(count);
-
-    // One pass: uint8 / 255.0 is computed in float32 (type promotion), the
-    // same values as .to(kFloat).div_(255.0) without the intermediate copy.
-    at::Tensor input = at::div(data.images.index_select(0, index), 255.0);
+    at::Tensor input = flatten_ ? at::empty({n, kPixels}, at::kFloat) : at::empty({n, 1, kSide, kSide}, at::kFloat);
+    at::Tensor target = at::empty({n}, at::kLong);
+    const uint8_t* images = data.images.data_ptr<uint8_t>();
+    const int64_t* labels = data.labels.data_ptr<int64_t>();
+    float* pixels = input.data_ptr<float>();
+    int64_t* classes = target.data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      scale_row(images + indices[i] * kPixels, pixels + i * kPixels);
+      classes[i] = labels[indices[i]];
+    }
     if (normalize_) input.sub_(kMean).div_(kStd);
-    input = flatten_ ? input.reshape({n, kSide * kSide}) : input.reshape({n, 1, kSide, kSide});
-    return {{"input", input}, {"target", data.labels.index_select(0, index)}};
+    return {{"input", input}, {"target", target}};
   }
 
  private:
@@ -102,7 +123,7 @@ class FashionMnist final : public kiln::DataModule {
     const std::string labels_path = root_ + "/" + labels_file;
     SplitData data;
     try {
-      data.images = kiln_fashion_mnist::read_idx(images_path, kiln_fashion_mnist::kIdxImagesMagic);
+      data.images = kiln_fashion_mnist::read_idx(images_path, kiln_fashion_mnist::kIdxImagesMagic).contiguous();
       if (data.images.dim() != 3 || data.images.size(1) != kSide || data.images.size(2) != kSide)
         throw kiln_fashion_mnist::IdxError("'" + images_path + "' does not hold 28x28 images");
       data.labels = kiln_fashion_mnist::read_idx(labels_path, kiln_fashion_mnist::kIdxLabelsMagic)

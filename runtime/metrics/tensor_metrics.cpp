@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -9,6 +10,7 @@
 
 #include "kiln/abi.h"
 #include "metrics/metric_store.hpp"
+#include "util/host_scalar.hpp"
 
 namespace kiln {
 
@@ -47,7 +49,12 @@ void TensorMetrics::record(Key key, const at::Tensor& value, double weight, uint
   // nothing waits for the device) before anything is recorded, so a value
   // LibTorch cannot convert leaves no trace.
   const bool at_once = value.device().is_cpu() && !defer_cpu_;
-  const double read = at_once ? value.item<double>() : 0.0;
+  // In place where it can be (host_scalar: the loss, every step).
+  double read = 0.0;
+  if (at_once) {
+    const std::optional<double> in_place = host_scalar(value);
+    read = in_place ? *in_place : value.item<double>();
+  }
   // Always a copy (copy=true): a float64 value would otherwise be aliased,
   // and a plugin that reuses its tensor in place would change a recorded
   // max or min after the fact (abi.h: the value is taken at the call).

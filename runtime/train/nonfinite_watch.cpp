@@ -5,6 +5,8 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
+#include "util/host_scalar.hpp"
+
 namespace kiln {
 
 NonfiniteWatch::NonfiniteWatch(NonfiniteMode mode, int64_t check_every,
@@ -13,19 +15,12 @@ NonfiniteWatch::NonfiniteWatch(NonfiniteMode mode, int64_t check_every,
 
 void NonfiniteWatch::start(int64_t global_step) { window_start_ = global_step; }
 
-// A float32 or float64 value in host memory is read where it lies: no
-// operator, nothing to wait for (a CPU step has computed it already).
-// Whether it was taken so.
+// A float32 or float64 value in host memory is read where it lies
+// (host_scalar). Whether it was taken so.
 bool NonfiniteWatch::host_value_bad(const at::Tensor& value, bool* bad) {
-  if (!value.device().is_cpu() || value.numel() != 1) return false;
-  double v;
-  if (value.scalar_type() == at::kFloat)
-    v = *static_cast<const float*>(value.data_ptr());
-  else if (value.scalar_type() == at::kDouble)
-    v = *static_cast<const double*>(value.data_ptr());
-  else
-    return false;
-  if (!std::isfinite(v)) *bad = true;
+  const std::optional<double> v = host_scalar(value);
+  if (!v) return false;
+  if (!std::isfinite(*v)) *bad = true;
   return true;
 }
 

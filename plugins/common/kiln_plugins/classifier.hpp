@@ -51,8 +51,12 @@ class Classifier : public kiln::Model {
   virtual at::Tensor forward(const at::Tensor& input) = 0;
 
  private:
-  // A no-op for int64; it lets a data module hand over int32 labels too.
-  static at::Tensor labels(const kiln::Batch& batch) { return batch["target"].to(torch::kLong); }
+  // Lets a data module hand over int32 labels too; int64 ones are taken as
+  // they are, without dispatching the no-op to() every step.
+  static at::Tensor labels(const kiln::Batch& batch) {
+    const at::Tensor& target = batch["target"];
+    return target.scalar_type() == torch::kLong ? target : target.to(torch::kLong);
+  }
 
   // Weighted by batch size so that the host's epoch mean is the mean over
   // samples, not over batches (the last batch may be short).

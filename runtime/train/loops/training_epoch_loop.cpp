@@ -111,7 +111,9 @@ at::Tensor TrainingEpochLoop::train_batch(BatchPtr batch, int64_t index, bool bo
   if (c.collector) c.collector->end_step(KILN_SPLIT_TRAIN);
   // Detached once: the metrics, the monitors and the progress display all
   // keep this one (the graph is not kept alive by any of them).
-  const at::Tensor shown = loss.detach();
+  // variable_data() is detach() without the dispatcher (~3 k instructions a
+  // step on LibTorch 1.13); nothing writes to either tensor in place.
+  const at::Tensor shown = loss.variable_data();
   // Recorded as a tensor: read back only at log points (no sync per step).
   c.metrics.record_loss(shown, static_cast<double>(batch_rows(*batch)));
   if (optimization_.nonfinite) optimization_.nonfinite->add_loss(shown);

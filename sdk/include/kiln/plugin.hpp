@@ -114,11 +114,13 @@ class Batch {
   Batch(const kiln_host* host, const kiln_batch* batch) : host_(host), batch_(batch) {}
 
   bool has(const std::string& name) const { return host_->batch_get(host_, batch_, name.c_str()); }
-  at::Tensor operator[](const std::string& name) const {
-    kiln_tensor* handle = host_->batch_get(host_, batch_, name.c_str());
-    if (handle == nullptr) throw std::runtime_error("batch has no tensor named '" + name + "'");
+  // batch["input"] builds no std::string (a step calls this once a tensor).
+  at::Tensor operator[](const char* name) const {
+    kiln_tensor* handle = host_->batch_get(host_, batch_, name);
+    if (handle == nullptr) throw std::runtime_error("batch has no tensor named '" + std::string(name) + "'");
     return borrow_tensor(handle);
   }
+  at::Tensor operator[](const std::string& name) const { return (*this)[name.c_str()]; }
 
  private:
   const kiln_host* host_;
