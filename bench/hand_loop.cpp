@@ -1,7 +1,7 @@
 // The reference training benchmark (shared/bench-definition.md) as a plain,
 // hand-written LibTorch loop: what kiln's overhead is measured against.
 //
-//   bench_hand_loop <mlp256|mlp32> <threads> [data_dir] [--batch N] [--epochs N] [--batches N]
+//   bench_hand_loop <mlp256|mlp32> <threads> [data_dir] [--batch N] [--epochs N] [--batches N] [--phases]
 //
 // --batch overrides the definition's batch size (128 for mlp256, 32 for
 // mlp32): bench/cost_curve.sh sweeps it. --epochs (default 3): two runs that
@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args;
   int64_t batch_option = 0;
   int epochs = 3;
+  bool timed_phases = false;
   int64_t max_batches = INT64_MAX;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -77,6 +78,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: --batch must be a positive integer, not '%s'\n", argv[0], argv[i]);
         return 2;
       }
+    } else if (arg == "--phases") {
+      timed_phases = true;
     } else if (arg == "--batches" && i + 1 < argc) {
       max_batches = std::atoll(argv[++i]);
       if (max_batches < 1) {
@@ -94,7 +97,7 @@ int main(int argc, char** argv) {
     }
   }
   if (args.size() < 2 || (args[0] != "mlp256" && args[0] != "mlp32")) {
-    std::fprintf(stderr, "usage: %s <mlp256|mlp32> <threads> [data_dir] [--batch N] [--epochs N] [--batches N]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <mlp256|mlp32> <threads> [data_dir] [--batch N] [--epochs N] [--batches N] [--phases]\n", argv[0]);
     return 2;
   }
   const std::string which = args[0];
@@ -107,6 +110,25 @@ int main(int argc, char** argv) {
   const Data data = load(dir);
   const int64_t n = data.train_x.size(0);
 
+  // --phases: the step's parts timed apart (two clock reads a part), to set
+  // beside kiln's `[profiler] kind = "simple"` table.
+  struct Phases {
+    bool on = false;
+    std::chrono::steady_clock::time_point last;
+    double seconds[4] = {0, 0, 0, 0};
+    int64_t steps = 0;
+    void start() {
+      if (on) last = std::chrono::steady_clock::now();
+    }
+    void lap(int part) {
+      if (!on) return;
+      const auto now = std::chrono::steady_clock::now();
+      seconds[part] += std::chrono::duration<double>(now - last).count();
+      last = now;
+      if (part == 3) ++steps;
+    }
+  } phases;
+
   // Gradients dropped rather than zeroed before each step (PyTorch >= 2.0's
   // zero_grad(set_to_none=True); LibTorch 1.13's zero_grad() zeroes them),
   // and the loss read back once, after the epoch: no per-step sync.
@@ -115,14 +137,19 @@ int main(int argc, char** argv) {
     const int64_t batches = std::min<int64_t>(max_batches, (n + batch - 1) / batch);
     torch::Tensor loss;
     for (int64_t b = 0; b < batches; ++b) {
+      phases.start();
       const auto index = order.slice(0, b * batch, std::min<int64_t>(n, (b + 1) * batch));
       const auto x = data.train_x.index_select(0, index);
       const auto y = data.train_y.index_select(0, index);
+      phases.lap(0);
       for (const auto& p : params)
         if (p.grad().defined()) p.mutable_grad().reset();
       loss = torch::nn::functional::cross_entropy(model.forward(x), y);
+      phases.lap(1);
       loss.backward();
+      phases.lap(2);
       optimizer.step();
+      phases.lap(3);
     }
     if (last_loss) *last_loss = loss.item<double>();
     return batches;
@@ -137,6 +164,7 @@ int main(int argc, char** argv) {
     train_epoch(model, optimizer, params, torch::randperm(n, g, torch::kLong), 50, nullptr);
   }
 
+  phases.on = timed_phases;
   torch::manual_seed(0);
   Mlp model(widths);
   const auto params = model.parameters();
@@ -160,6 +188,10 @@ int main(int argc, char** argv) {
                 static_cast<double>(std::min<int64_t>(n, steps * batch)) / seconds,
                 1e6 * seconds / steps);
   }
+  if (phases.on && phases.steps > 0)
+    std::printf("phases us/step (timed epochs): gather %.1f forward+loss %.1f backward %.1f step %.1f\n",
+                1e6 * phases.seconds[0] / phases.steps, 1e6 * phases.seconds[1] / phases.steps,
+                1e6 * phases.seconds[2] / phases.steps, 1e6 * phases.seconds[3] / phases.steps);
   std::printf("last batch loss %.6f\n", last_loss);
   torch::NoGradGuard no_grad;
   const auto predicted = model.forward(data.test_x).argmax(1);
