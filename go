@@ -129,7 +129,7 @@ export_sanitizer_options() {
 # tests whose subject is kiln's own logic -- bad input, signals, kills,
 # locks, restarts, reports -- behave the same with either LibTorch: Debian's
 # variant runs them, the wheel's does not.
-KILN_LOGIC_ONLY='^integration\.(ArraysRefuse|CsvRefuse|ImageFolder/ImageFolderRefuse|ImageFolderDamaged|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Cli|Restart|ResumeAuto|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|EachDefect/LoaderRefuses|BadCheckpoint|Collect/Misuses|StartupAgreement|ValCheckInterval|SanityCheck|OverfitBatches|Profiler)\.'
+KILN_LOGIC_ONLY='^integration\.(ArraysRefuse|CsvRefuse|ImageFolder/ImageFolderRefuse|ImageFolderDamaged|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Cli|Restart|Resume|ResumeAuto|Logging|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|EachDefect/LoaderRefuses|BadCheckpoint|Collect/Misuses|StartupAgreement|ValCheckInterval|SanityCheck|OverfitBatches|Profiler)\.'
 # Under the sanitizers: the tests that take kiln's code through its inputs,
 # files, plugins and collectives, not the ones that mostly wait on kills,
 # signals, timeouts and restarts (minutes of process time each, the same
@@ -178,9 +178,14 @@ case "${1:-}" in
         # -O1: what AddressSanitizer is meant to be used with, and a third
         # less compile time than RelWithDebInfo's -O2.
         # Only what the tests below run (no GPU or accuracy tests, no bench).
+        # The plugins are not instrumented: the plain Debian build's are used
+        # (KILN_PLUGINS_FROM), built first where they are not yet.
+        plain=$PWD/${KILN_PLAIN_BUILD_DIR:-build}
+        (BUILD_DIR=$plain; BUILD_TARGETS=(kiln_every_plugin); build)
         BUILD_TARGETS=(kiln_unit_tests kiln_sdk_metrics_tests kiln_integration_tests)
         build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
-          -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DKILN_SANITIZE=address,undefined -DKILN_BUILD_BENCH=OFF
+          -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" -DKILN_SANITIZE=address,undefined -DKILN_BUILD_BENCH=OFF \
+          -DKILN_PLUGINS_FROM="$plain"
         export_sanitizer_options
         # The slow checks marked for one plain variant (KILN_ONLY_IN_VARIANT) skip here.
         export KILN_TEST_VARIANT=sanitize

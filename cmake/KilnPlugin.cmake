@@ -36,4 +36,6 @@ function(kiln_add_plugin name)
   endif()
   # Fail at link time, not at load time, on an unresolved symbol.
   target_link_options(${name} PRIVATE -Wl,--no-undefined)
+  # kiln's own build lists its plugins (kiln_every_plugin).
+  set_property(GLOBAL APPEND PROPERTY KILN_PLUGIN_TARGETS ${name})
 endfunction()
