@@ -385,7 +385,15 @@ class Validator {
     const std::vector<std::string> ema_keys{"decay", "start_step"};
     const std::vector<std::string> swa_keys{"start_epoch", "swa_lr", "annealing_epochs"};
     const std::string kind = option_name(a.kind);
-    // kind = "none" turns the table off with its keys in place.
+    // kind = "none" turns the table off with its keys in place; keys with
+    // no kind at all are a kind forgotten, and would average nothing.
+    if (!has_key("averaging", "kind"))
+      for (const auto* keys : {&ema_keys, &swa_keys})
+        for (const std::string& key : *keys)
+          if (has_key("averaging", key))
+            fail(where_key("averaging", key) + ": averaging." + key + " is set but averaging.kind is not, so nothing " +
+                 "would be averaged: set averaging.kind = '" + (keys == &ema_keys ? "ema" : "swa") +
+                 "' (or 'none' to keep the table off)");
     for (const auto* keys : {&ema_keys, &swa_keys}) {
       const bool own = (keys == &ema_keys) == (a.kind == AveragingKind::ema);
       if (own || a.kind == AveragingKind::none) continue;

@@ -207,6 +207,7 @@ std::vector<BadInput> catalogue() {
       {"swa_fraction_of_unbounded_epochs", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=swa", "--set", "trainer.max_epochs=-1", "--set", "trainer.max_steps=10"}); c.names = "averaging.start_epoch = 0.8 is a fraction of trainer.max_epochs"; }},
       {"swa_lr_with_a_per_step_schedule", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=swa", "--set", "averaging.swa_lr=0.01", "--set", "scheduler.interval=step"}); c.names = "averaging.swa_lr replaces the learning-rate schedule"; }},
       {"swa_key_with_ema", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=ema", "--set", "averaging.swa_lr=0.01"}); c.names = "averaging.swa_lr is not read with averaging.kind = 'ema'"; }},
+      {"averaging_key_without_a_kind", [](Case& c) { c.args = fit(c, {"--set", "averaging.decay=0.99"}); c.names = "averaging.decay is set but averaging.kind is not"; }},
       {"profiler_unknown_kind", [](Case& c) { c.args = fit(c, {"--set", "profiler.kind=pytorch"}); c.names = "profiler.kind must be 'none', 'simple' or 'trace', not 'pytorch'"; }},
       // --- command lines --------------------------------------------------------
       {"cli_unknown_flag", [](Case& c) { c.args = fit(c, {"--frobnicate"}); c.names = "--frobnicate"; }},

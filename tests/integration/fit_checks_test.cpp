@@ -132,6 +132,10 @@ TEST(OverfitBatches, TrainsAndValidatesOnTheSameFirstBatchesInOrder) {
     // Sanity check: batches 0 and 1; each epoch trains 0-2 and validates 0-2.
     EXPECT_EQ(seen, (std::map<std::string, int>{{batch(0), 5}, {batch(1), 5}, {batch(2), 4}}))
         << "overfit_batches = " << setting << "\n" << read_file(dir / "indices.txt");
+    EXPECT_NE(r.output.find("trainer.overfit_batches: training and validating on the first 3 of the train split's 30 "
+                            "batches, in order"),
+              std::string::npos)
+        << r.output;
   }
 }
 

@@ -366,6 +366,14 @@ class Run {
     const FitSettings settings = fit_settings();
     if (batches_->length(KILN_SPLIT_TRAIN) == 0)
       batches_->refuse_empty(KILN_SPLIT_TRAIN, "the train split is empty; `kiln fit` needs samples");
+    if (settings_.overfit && rank() == 0) {
+      // Say which batches: a count larger than the split is all of it.
+      const int64_t all = batches_->batches_per_epoch(KILN_SPLIT_TRAIN, EpochSpec{false, m_.trainer.batch_size, {}});
+      const int64_t used = batches_->batches_per_epoch(KILN_SPLIT_TRAIN, settings.training.spec);
+      spdlog::info("trainer.overfit_batches: training and validating on the first {} of the train split's {} "
+                   "batches{}, in order, each epoch",
+                   used, all, world_size() > 1 ? " per rank" : "");
+    }
     LrSchedule schedule = schedule_for(groups, settings);
     TrainPosition start;
     if (resume_) start = checkpoints_->resume(*resume_, command_);
