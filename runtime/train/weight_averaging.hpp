@@ -48,6 +48,8 @@ class WeightAveraging {
   // Whether the average differs from the weights yet (SWA before its first
   // epoch has none).
   bool ready() const;
+  // SWA: the first epoch whose end is averaged (0-based).
+  int64_t swa_start() const { return swa_start_; }
   // The average in the model's tensors for the guard's life (validation,
   // test, predict); the trained weights come back after.
   class InModel {

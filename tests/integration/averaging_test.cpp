@@ -138,5 +138,21 @@ TEST(Averaging, ValidateOfACheckpointEvaluatesItsAverage) {
   EXPECT_EQ(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), fit_loss) << validate.output;
 }
 
+// A fit stopped (max_steps) before SWA's first epoch end has no average:
+// the run says so, and the export says its weights are the trained ones.
+TEST(Averaging, SwaThatNeverAveragedSaysSoAndExportsTheTrainedWeights) {
+  TempDir dir;
+  const auto m = synthetic_manifest(dir, "\n[averaging]\nkind = \"swa\"\nstart_epoch = 1\n\n[checkpoint]\n");
+  const ProcessResult fit = kiln_fit(m, {"--set", "trainer.max_epochs=3", "--set", "trainer.max_steps=2"});
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_NE(fit.output.find("averaging: SWA averaged no epoch's end (it starts at epoch 1, the fit ended in epoch 0): "
+                            "the model keeps its trained weights"),
+            std::string::npos)
+      << fit.output;
+  const auto out = dir / "w.safetensors";
+  ASSERT_EQ(export_checkpoint(dir / "run" / "checkpoints" / "last.ckpt", out).exit_code, 0);
+  EXPECT_NE(safetensors_header(out).find("\"weights\":\"trained\""), std::string::npos) << safetensors_header(out);
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -38,9 +38,31 @@ TEST(FitLoopTest, MaxStepsEndsMidEpochWhereAResumedRunContinues) {
   EXPECT_EQ(text(end), "1/1/4");
   EXPECT_EQ(fit.stop->reason(), StopReason::max_steps);
   EXPECT_EQ(fit.stop->describe(), "max_steps=4 reached (step 4)");
-  // The cut-short epoch gets no epoch checkpoint.
-  ASSERT_EQ(fit.control.checkpoints.size(), 1u);
+  // The cut-short epoch is not on the epoch schedule, but the fit's end is
+  // committed where it stopped (Lightning's last.ckpt at that epoch's end).
+  ASSERT_EQ(fit.control.checkpoints.size(), 2u);
   EXPECT_EQ(text(fit.control.checkpoints[0]), "1/0/3");
+  EXPECT_EQ(text(fit.control.checkpoints[1]), "1/1/4");
+  // A resumed run with a larger max_steps goes on from there, once.
+  Fit more(5, 6);
+  EXPECT_EQ(text(more.run(TrainPosition{1, 1, 4})), "2/0/6");
+  ASSERT_EQ(more.control.checkpoints.size(), 1u);
+  EXPECT_EQ(text(more.control.checkpoints[0]), "2/0/6");
+}
+
+TEST(FitLoopTest, AFitWhoseLastEpochIsOffTheScheduleCommitsItsEnd) {
+  Fit fit(3, -1);
+  fit.settings.checkpoint_every_n_epochs = 2;
+  EXPECT_EQ(text(fit.run()), "3/0/9");
+  ASSERT_EQ(fit.control.checkpoints.size(), 2u);
+  EXPECT_EQ(text(fit.control.checkpoints[0]), "2/0/6");
+  EXPECT_EQ(text(fit.control.checkpoints[1]), "3/0/9");
+  // Without checkpoints, nothing.
+  Fit off(3, -1);
+  off.control.checkpoints_on = false;
+  off.settings.checkpoint_every_n_epochs = 0;  // as the host sets it then
+  off.run();
+  EXPECT_TRUE(off.control.checkpoints.empty());
 }
 
 TEST(FitLoopTest, AResumedRunContinuesMidEpochWithTheBatchesItHadNotRun) {
@@ -61,6 +83,7 @@ TEST(FitLoopTest, AResumedRunThatHadFinishedRunsNoEpoch) {
   EXPECT_EQ(text(end), "2/0/6");
   EXPECT_EQ(fit.stop->reason(), StopReason::max_epochs);
   EXPECT_TRUE(fit.model.calls.empty());
+  EXPECT_TRUE(fit.control.checkpoints.empty()) << "the position it resumed from is committed already";
 }
 
 TEST(FitLoopTest, ACallbacksRequestStopsAtTheNextStepInOneProcess) {
@@ -183,8 +206,9 @@ TEST(FitLoopTest, StepCheckpointsFollowEveryNSteps) {
   fit.settings.checkpoint_every_n_epochs = 0;
   fit.settings.training.checkpoint_every_n_steps = 2;
   fit.run();
-  ASSERT_EQ(fit.control.checkpoints.size(), 1u);
+  ASSERT_EQ(fit.control.checkpoints.size(), 2u);
   EXPECT_EQ(text(fit.control.checkpoints[0]), "0/2/2");
+  EXPECT_EQ(text(fit.control.checkpoints[1]), "1/0/3") << "the fit's end";
 }
 
 TEST(FitLoopTest, TestAfterFitRunsTheTestSplitOnceWithItsOwnRow) {

@@ -26,9 +26,14 @@ std::optional<StopReason> CheckpointPolicy::settle(std::optional<StopReason> sto
   return stop;
 }
 
+void CheckpointPolicy::at_fit_end(const TrainPosition& end) {
+  if (control_.checkpointing() && end.global_step != saved_step_) save(end);
+}
+
 void CheckpointPolicy::save(const TrainPosition& at) {
   ProfileScope timed(profiler_, Phase::checkpoint);
   control_.save_checkpoint(at);
+  saved_step_ = at.global_step;
 }
 
 }  // namespace kiln

@@ -2,7 +2,8 @@
 // schedule (every n steps; every n complete epochs), then the ranks' stop
 // vote; a preemption commits one and ends the run; a run out of time
 // commits one where it stops (unless the schedule just did), so that
-// `--resume last` continues exactly there.
+// `--resume last` continues exactly there; and a fit that ends anywhere
+// else the schedule did not just save commits one there.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,13 @@ class CheckpointPolicy {
   // continues, `cut_short` whether a stop ended the epoch early (that stop
   // saved already, where the epoch stopped).
   std::optional<StopReason> after_epoch(int64_t epochs_done, const TrainPosition& next, bool cut_short);
+  // Where the fit starts: a resumed run's position is committed already.
+  void starting_at(const TrainPosition& start) { saved_step_ = start.global_step; }
+  // The fit ended at `end`, for whatever reason: unless a checkpoint was
+  // just committed there, one is (Lightning's last.ckpt at the final epoch
+  // end, cut short or not), so the final weights are never lost and
+  // `--resume last` with a larger max_steps or max_epochs goes on from them.
+  void at_fit_end(const TrainPosition& end);
 
  private:
   std::optional<StopReason> settle(std::optional<StopReason> stop, const TrainPosition& at, bool saved);
@@ -39,6 +47,7 @@ class CheckpointPolicy {
   StopCondition& stop_;
   int64_t every_n_steps_, every_n_epochs_;
   Profiler* profiler_;
+  int64_t saved_step_ = -1;  // the global step of the newest commit
 };
 
 }  // namespace kiln

@@ -25,6 +25,7 @@ void FitLoop::run(const TrainPosition& start) {
   LoopContext& c = context_;
   const LrSchedule& schedule = optimization_.schedule;
   position_ = start;
+  policy_.starting_at(start);
   c.global_step = start.global_step;
   if (optimization_.nonfinite) optimization_.nonfinite->start(start.global_step);
   if (c.activity) c.activity->at_step(c.global_step);
@@ -47,6 +48,7 @@ void FitLoop::run(const TrainPosition& start) {
     ++epoch;
     if (stops) break;
   }
+  policy_.at_fit_end(position_);
   // A checkpoint still being written is durable before fit ends (and before
   // a test after fit, which may look for it).
   {
@@ -56,7 +58,15 @@ void FitLoop::run(const TrainPosition& start) {
   // Lightning's order: the averaged weights become the model's once training
   // ends (what a test after fit and the plugins' teardown see); the
   // checkpoints keep both.
-  if (optimization_.averaging) optimization_.averaging->copy_into_model();
+  if (optimization_.averaging) {
+    // A fit that ended before SWA's first epoch end has no average: say so,
+    // rather than let the trained weights pass for averaged ones.
+    if (!optimization_.averaging->ready() && c.rank == 0)
+      spdlog::warn("averaging: SWA averaged no epoch's end (it starts at epoch {}, the fit ended in epoch {}): the "
+                   "model keeps its trained weights",
+                   optimization_.averaging->swa_start(), epoch - 1);
+    optimization_.averaging->copy_into_model();
+  }
   // What bench/async_ckpt.sh reads: the loop's time, checkpoints included.
   spdlog::debug("fit: {} steps in {:.3f} s", c.global_step - start.global_step,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - fit_started).count());
