@@ -52,9 +52,11 @@ void Profiler::begin_fit() {
   fit_start_ = Clock::now();
   fit_nested_s_ = 0;
   open_.clear();
+  in_fit_ = true;
 }
 
 void Profiler::end_fit() {
+  in_fit_ = false;
   const Clock::time_point now = Clock::now();
   totals_.wall_s += seconds_between(fit_start_, now);
   if (tracing()) keep(kFit, 0, fit_start_, now);

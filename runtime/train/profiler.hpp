@@ -52,6 +52,8 @@ class Profiler {
   // The fit: the root of every phase (main thread).
   void begin_fit();
   void end_fit();
+  // Whether the fit began and has not ended (a failure cut it short).
+  bool in_fit() const { return in_fit_; }
   // A phase on the main thread; phases nest.
   void begin(Phase phase);
   void end(Phase phase);
@@ -104,6 +106,7 @@ class Profiler {
   int32_t rank_;
   Clock::time_point started_ = Clock::now();
   Clock::time_point fit_start_{};
+  bool in_fit_ = false;
   double fit_nested_s_ = 0;
   std::vector<Open> open_;
   Totals totals_;

@@ -86,6 +86,32 @@ for path in sys.argv[1:]:
   EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 
+// A fit that fails (here a callback's hook in epoch 1) still leaves each
+// rank's trace up to the failure: what one opens to see what it was doing.
+TEST(Profiler, AFailedFitLeavesItsTraceUpToTheFailure) {
+  KILN_REQUIRE_CHECK_PYTHON();
+  TempDir dir;
+  const auto m = recorder_manifest(dir, "", "size = 32", "fail_at = [\"on_train_epoch_end\"]",
+                                   "max_epochs = 3\nbatch_size = 4\n\n[profiler]\nkind = \"trace\"\n");
+  const ProcessResult r = kiln_fit(m);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("injected failure in on_train_epoch_end"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("profiler: the fit failed; rank 0's trace up to the failure is " +
+                          (dir / "run" / "trace.rank0.json").string()),
+            std::string::npos)
+      << r.output;
+  write_file(dir / "check.py", R"(import json, sys
+trace = json.load(open(sys.argv[1]))
+names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+assert {"fit", "training_step", "backward", "optimizer step", "callbacks"} <= names, names
+print("ok", len(names))
+)");
+  const ProcessResult check = run_process(
+      {check_python().string(), (dir / "check.py").string(), (dir / "run" / "trace.rank0.json").string()});
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+}
+
 TEST(Profiler, SimpleWritesNoTraceAndOffSaysNothing) {
   TempDir dir;
   const auto m = synthetic_manifest(dir, "\n[profiler]\nkind = \"simple\"\n");

@@ -105,6 +105,7 @@ class Run {
     outcome.failure = session_->run(
         stage_of(command_), /*prepare_data=*/local_zero, [&] { if (group_) group_->barrier(); }, [&] { body(); });
     loggers_.finish(!outcome.failure);  // the hparams session's end and its status (rank 0's files only)
+    if (outcome.failure && profiler_ && profiler_->tracing() && profiler_->in_fit()) write_failed_trace();
     context_.reset();
     outcome.metrics = metrics_->latest();
     outcome.calls_abandoned = session_->data().calls_in_flight() > 0;
@@ -427,6 +428,19 @@ class Run {
     std::vector<Profiler::Totals> totals;
     for (const std::string& text : texts) totals.push_back(Profiler::parse_totals(text));
     spdlog::info("{}", Profiler::table(totals));
+  }
+
+  // A fit that failed: this rank's trace up to the failure (no table, which
+  // would need every rank), since where the time went before it is what one
+  // looks for. Never an error of its own over the failure's.
+  void write_failed_trace() noexcept {
+    try {
+      profiler_->end_fit();
+      const auto file = profiler_->write_trace(m_.run.dir);
+      spdlog::info("profiler: the fit failed; rank {}'s trace up to the failure is {}", rank(), file.string());
+    } catch (const std::exception& e) {
+      spdlog::warn("profiler: rank {}'s trace up to the failure could not be written: {}", rank(), e.what());
+    }
   }
 
   // validate / test / predict of a checkpoint with averaged weights: those
