@@ -176,6 +176,22 @@ TEST(DetectNonfinite, WarnNamesTheWindowOnceAndTrainsOn) {
   EXPECT_EQ(count(calls(dir), "model:training_step"), 12) << "trained on";
 }
 
+// With "warn", an epoch's checkpoint of non-finite weights is not committed,
+// and the line names the epoch its steps ran in (the checkpoint itself
+// continues with the next one).
+TEST(DetectNonfinite, WarnCommitsNoCheckpointOfNonfiniteWeightsAndNamesTheirEpoch) {
+  TempDir dir;
+  const auto m = recorder_manifest(dir, "nan_from_step = 5", "", "",
+                                   nan_trainer("warn") + "\n[checkpoint]\nevery_n_epochs = 1\nsave_top_k = -1\n");
+  const ProcessResult r = kiln_fit(m);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("trainer.detect_nonfinite: the weights became NaN or inf at step 8 (epoch 1); the "
+                          "checkpoint at step 8 is not committed"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(checkpoint_steps(dir / "run" / "checkpoints"), (std::vector<int64_t>{4}));
+}
+
 TEST(DetectNonfinite, RaiseEndsEveryRankTogether) {
   TempDir dir;
   const auto m = recorder_manifest(dir, "nan_from_step = 5\nnan_on_rank = 1", "", "",

@@ -397,7 +397,10 @@ class Run {
         nonfinite_.emplace(m_.trainer.detect_nonfinite, m_.trainer.log_every_n_steps, sum_over_ranks());
     if (nonfinite.on())
       control_->guard_commits([this](const TrainPosition& at) {
-        return nonfinite_->may_commit(state_.trainable, at.global_step, at.epoch);
+        // A checkpoint at an epoch's end continues with the next epoch; its
+        // steps ran in the one that ended.
+        const int64_t ran_in = at.next_batch == 0 && at.epoch > 0 ? at.epoch - 1 : at.epoch;
+        return nonfinite_->may_commit(state_.trainable, at.global_step, ran_in);
       });
     Optimization optimization{*state_.optimizer, schedule, state_.trainable, grad_sync_.get(),
                               scaler ? &*scaler : nullptr};
