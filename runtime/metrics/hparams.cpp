@@ -68,7 +68,13 @@ void flatten_node(const toml::node& node, const std::string& name, std::vector<H
     // [[callbacks]], [[optimizer.groups]]: one key prefix per entry.
     for (size_t i = 0; i < a->size(); ++i) flatten(*a->get(i)->as_table(), name + "." + std::to_string(i) + ".", out);
   } else if (const auto* i = node.as_integer()) {
-    out.push_back(HParam::of_number(name, static_cast<double>(i->get())));
+    // Beyond 2^53 a double is not the integer (a seed copied back from
+    // TensorBoard would be another run's): those are text.
+    constexpr int64_t exact = int64_t{1} << 53;
+    if (i->get() >= -exact && i->get() <= exact)
+      out.push_back(HParam::of_number(name, static_cast<double>(i->get())));
+    else
+      out.push_back(HParam::of_string(name, std::to_string(i->get())));
   } else if (const auto* f = node.as_floating_point()) {
     if (std::isfinite(f->get()))
       out.push_back(HParam::of_number(name, f->get()));

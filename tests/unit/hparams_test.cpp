@@ -108,7 +108,12 @@ TEST(HParams, ValuesTensorBoardCannotHoldAsNumbersAreText) {
   EXPECT_EQ(h[2], HParam::of_string("c", "1979-05-27T07:32:00Z"));
   EXPECT_EQ(h[3], HParam::of_string("d", "[1.5, 0.1, -2, true, \"q\\\"\", [1, 2], {k = 1}]"));
   EXPECT_EQ(h[4], HParam::of_string("e", "[]"));
-  EXPECT_EQ(h[5], HParam::of_number("f", 9007199254740992.0));  // a double's precision
+  EXPECT_EQ(h[5], HParam::of_string("f", "9007199254740993"));  // not a double's 9007199254740992
+  const auto edge = flatten_manifest_hparams("g = 9007199254740992\nh = -9007199254740992\ni = -9007199254740993\n");
+  ASSERT_EQ(edge.size(), 3u);
+  EXPECT_EQ(edge[0], HParam::of_number("g", 9007199254740992.0));
+  EXPECT_EQ(edge[1], HParam::of_number("h", -9007199254740992.0));
+  EXPECT_EQ(edge[2], HParam::of_string("i", "-9007199254740993"));
   EXPECT_THROW(flatten_manifest_hparams("[model\n"), InputError);
 }
 
