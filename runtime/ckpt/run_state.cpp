@@ -14,6 +14,7 @@ class AveragedPart : public Stateful {
   explicit AveragedPart(AveragedState& state) : state_(state) {}
   void save(CheckpointSnapshot& snapshot) const override {
     snapshot.add("average/count", std::to_string(state_.count));
+    snapshot.add("average/kind", state_.kind);
     for (const auto& [name, t] : state_.tensors) add_tensor_section(snapshot, "average/" + name, t);
   }
   void check(const CheckpointFile& file) const override {
@@ -30,6 +31,7 @@ class AveragedPart : public Stateful {
     const long long n = std::strtoll(count.c_str(), &end, 10);
     if (count.empty() || *end != '\0' || n < 0)
       throw CheckpointError(file.path().string() + ": average/count is not a count ('" + count + "')");
+    state_.restored_kind = file.has("average/kind") ? std::string(file.section("average/kind")) : "";
     for (auto& [name, t] : state_.tensors) restore_tensor_section(file, "average/" + name, "averaged " + name, t);
     state_.count = n;
     state_.restored = true;

@@ -32,7 +32,12 @@ namespace kiln {
 struct AveragedState {
   NamedTensors tensors;  // names "param/<name>" and "buffer/<name>"
   int64_t count = 0;
+  std::string kind;       // "ema" or "swa": what the count and tensors mean
   bool restored = false;  // set by a restore that found them
+  // The restored average's kind ("" from a checkpoint older than
+  // average/kind): another than `kind`, a fit cannot continue it (an EMA is
+  // no mean of epoch ends, nor the reverse), an evaluation can use it.
+  std::string restored_kind;
 };
 
 // The run as its parts see it: references into the live run, and the

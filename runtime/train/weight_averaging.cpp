@@ -9,6 +9,7 @@ namespace kiln {
 WeightAveraging::WeightAveraging(const AveragingConfig& config, int64_t max_epochs, const NamedTensors& params,
                                  const NamedTensors& buffers)
     : config_(config), swa_start_(swa_start_epoch(config, max_epochs)) {
+  state_.kind = option_name(config.kind);
   for (const auto* list : {&params, &buffers})
     for (const auto& [name, tensor] : *list) {
       if (!tensor.is_floating_point()) continue;  // counters: the model's own

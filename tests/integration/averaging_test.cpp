@@ -3,6 +3,7 @@
 // The closed-form EMA check is tests/unit/weight_averaging_test.cpp.
 #include <gtest/gtest.h>
 
+#include "integration/checkpoint_sections.hpp"
 #include "integration/common.hpp"
 
 namespace kiln::test {
@@ -136,6 +137,41 @@ TEST(Averaging, ValidateOfACheckpointEvaluatesItsAverage) {
   EXPECT_NE(validate.output.find("averaging: evaluating the checkpoint's ema weights"), std::string::npos)
       << validate.output;
   EXPECT_EQ(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), fit_loss) << validate.output;
+}
+
+// An EMA is no mean of epoch ends: a run resumed with averaging.kind =
+// "swa" from a checkpoint of an EMA run starts its average again, saying so,
+// and its checkpoints say which kind they hold. `kiln validate` of the EMA
+// checkpoint still evaluates that EMA, named as such.
+TEST(Averaging, AResumeWithTheOtherKindStartsTheAverageAgain) {
+  TempDir dir;
+  const auto m = synthetic_manifest(dir, "\n[averaging]\nkind = \"ema\"\n\n[checkpoint]\nsave_top_k = -1\n");
+  ASSERT_EQ(kiln_fit(m, {"--set", "trainer.max_epochs=2"}).exit_code, 0);
+  const auto ckpts = dir / "run" / "checkpoints";
+  const auto ema = state_sections(ckpts / "last.ckpt");
+  ASSERT_EQ(ema.at("average/kind"), "ema");
+  ASSERT_NE(ema.at("average/count"), "0");
+  const ProcessResult swa =
+      kiln_fit(m, {"--resume", "last", "--set", "trainer.max_epochs=3", "--set", "averaging.kind=swa", "--set",
+                   "averaging.start_epoch=0"});
+  ASSERT_EQ(swa.exit_code, 0) << swa.output;
+  EXPECT_NE(swa.output.find("averaging: the checkpoint's average is an ema one, this run's averaging.kind is 'swa', "
+                            "which cannot continue it; the average starts again from the checkpoint's weights"),
+            std::string::npos)
+      << swa.output;
+  const auto after = state_sections(ckpts / "last.ckpt");
+  EXPECT_EQ(after.at("average/kind"), "swa");
+  EXPECT_EQ(after.at("average/count"), "1") << "epoch 2's end alone, not the EMA's updates plus one";
+  std::vector<std::filesystem::path> ends;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpts))
+    if (entry.path().filename().string().rfind("epoch=0002", 0) == 0) ends.push_back(entry.path());
+  ASSERT_EQ(ends.size(), 1u);
+  const ProcessResult validate = kiln({"validate", m.string(), "--ckpt", ends[0].string(), "--set",
+                                       "averaging.kind=swa", "--set", "averaging.start_epoch=0"},
+                                      {.timeout = std::chrono::seconds(120)});
+  ASSERT_EQ(validate.exit_code, 0) << validate.output;
+  EXPECT_NE(validate.output.find("averaging: evaluating the checkpoint's ema weights"), std::string::npos)
+      << validate.output;
 }
 
 // A fit stopped (max_steps) before SWA's first epoch end has no average:
