@@ -120,6 +120,13 @@ TEST(Profiler, SimpleWritesNoTraceAndOffSaysNothing) {
   const Table table = read_table(r.output);
   EXPECT_GT(table.wall, 0) << r.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "run" / "trace.rank0.json"));
+  // Another command is not profiled, and says so rather than print nothing.
+  const ProcessResult validate = kiln({"validate", m.string()}, {.timeout = std::chrono::seconds(120)});
+  ASSERT_EQ(validate.exit_code, 0) << validate.output;
+  EXPECT_NE(validate.output.find("[profiler] kind = 'simple' profiles `kiln fit` only; this `kiln validate` is not "
+                                 "profiled"),
+            std::string::npos)
+      << validate.output;
   const ProcessResult off = kiln_fit(m, {"--set", "trainer.max_epochs=1", "--set", "profiler.kind=none"});
   ASSERT_EQ(off.exit_code, 0) << off.output;
   EXPECT_EQ(off.output.find("profile of the fit"), std::string::npos) << off.output;

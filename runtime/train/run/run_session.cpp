@@ -229,6 +229,9 @@ class Run {
     if (m_.profiler.kind != ProfilerKind::none && command_ == Command::fit) {
       profiler_ = std::make_shared<Profiler>(m_.profiler.kind, rank());
       batches_->profile_with(profiler_);
+    } else if (m_.profiler.kind != ProfilerKind::none && rank() == 0) {
+      spdlog::warn("[profiler] kind = '{}' profiles `kiln fit` only; this `kiln {}` is not profiled",
+                   option_name(m_.profiler.kind), command_name(command_));
     }
     // Mixed precision: the model's steps under autocast; the plugin is unchanged.
     StepModel* steps = &*model_;
