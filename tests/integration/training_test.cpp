@@ -18,6 +18,55 @@ ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string
   return kiln(args, {.timeout = kTimeout});
 }
 
+// What kiln_fashion_mnist hands the model is PyTorch's own arithmetic on the
+// IDX file to the bit: x / 255 as torchvision's ToTensor computes it
+// (u8.float().div(255)) and as torch.div(u8, 255.0) does, and with
+// normalize = true, that minus 0.2860 divided by 0.3530. The labels are the
+// file's. Checked with the PyTorch kiln was built against.
+TEST(Training, FashionMnistBatchesArePyTorchsArithmeticToTheBit) {
+  KILN_REQUIRE_CHECK_PYTHON();
+  for (const bool normalize : {false, true}) {
+    SCOPED_TRACE(normalize ? "normalize" : "x / 255");
+    TempDir dir;
+    const std::string recorder = (test_plugin_dir() / "libkiln_test_recorder.so").string();
+    write_file(dir / "run.toml",
+               "[run]\ndir = \"" + (dir / "run").string() + "\"\nthreads = 1\n\n[model]\npath = \"" + recorder +
+                   "\"\nid = \"test.recorder_model\"\nlog = \"" + (dir / "calls.log").string() +
+                   "\"\nfeatures = 784\nclasses = 10\ndump_inputs = \"" + (dir / "inputs").string() +
+                   "\"\n\n[data]\npath = \"kiln_fashion_mnist\"\nval_size = 0\nnormalize = " +
+                   (normalize ? "true" : "false") +
+                   "\n\n[trainer]\nmax_epochs = 1\nmax_steps = 3\nbatch_size = 32\nshuffle = false\n"
+                   "num_sanity_val_steps = 0\nprogress = \"none\"\n");
+    const ProcessResult r = kiln_fit(dir / "run.toml");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    write_file(dir / "check.py", R"(import gzip, sys, torch
+dump, normalize = open(sys.argv[1], "rb").read(), sys.argv[2] == "1"
+root = "/usr/share/datasets/fashion-mnist/"
+images = gzip.open(root + "train-images-idx3-ubyte.gz").read()[16:]
+labels = gzip.open(root + "train-labels-idx1-ubyte.gz").read()[8:]
+n, rows = 32 * 3, 32
+assert len(dump) == n * (784 * 4 + 8), len(dump)
+u8 = torch.frombuffer(bytearray(images[:n * 784]), dtype=torch.uint8).reshape(n, 784)
+refs = [u8.float().div(255), torch.div(u8, 255.0)]
+if normalize:
+    refs = [x.sub(0.2860).div(0.3530) for x in refs]
+at = 0
+for b in range(3):
+    x = torch.frombuffer(bytearray(dump[at:at + rows * 784 * 4]), dtype=torch.float32).reshape(rows, 784)
+    at += rows * 784 * 4
+    y = torch.frombuffer(bytearray(dump[at:at + rows * 8]), dtype=torch.int64)
+    at += rows * 8
+    for ref in refs:
+        assert torch.equal(x.view(torch.int32), ref[b * rows:(b + 1) * rows].contiguous().view(torch.int32)), b
+    assert y.tolist() == list(labels[b * rows:(b + 1) * rows]), b
+print("ok", torch.__version__)
+)");
+    const ProcessResult check = run_process({check_python().string(), (dir / "check.py").string(),
+                                             (dir / "inputs.0").string(), normalize ? "1" : "0"});
+    EXPECT_EQ(check.exit_code, 0) << check.output;
+  }
+}
+
 TEST(Training, SyntheticDataIsLearned) {
   TempDir dir;
   const ProcessResult r = fit(synthetic_manifest(dir));

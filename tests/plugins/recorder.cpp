@@ -135,7 +135,11 @@ class Recording : public Base {
 // reduction: "val/tensor_<r>" and "val/double_<r>"); nan_from_step (training_step
 // calls from this one on, 0-based, return a NaN loss; nan_on_rank: only there); wait_for (training_step first waits until the log holds this line;
 // "{rank}" in it becomes this rank); step_ms (each training_step sleeps this
-// long: a run slow enough for a test to act on).
+// long: a run slow enough for a test to act on); classes (the outputs on
+// even ranks, 2 by default); dump_inputs (each training_step appends its
+// batch's "input" as raw float32 bytes, then its "target" as int64, to
+// <dump_inputs>.<rank>: what a data module handed the model, for a test to
+// compare with PyTorch's own arithmetic).
 class RecorderModel : public Recording<kiln::Model> {
  public:
   RecorderModel(const kiln::Host& host, kiln::Config& config)
@@ -150,7 +154,8 @@ class RecorderModel : public Recording<kiln::Model> {
         wait_for_(config.get<std::string>("wait_for", "")),
         step_ms_(config.get<int64_t>("step_ms", 0)),
         nan_from_step_(config.get<int64_t>("nan_from_step", -1)),
-        nan_on_rank_(config.get<int64_t>("nan_on_rank", -1)) {
+        nan_on_rank_(config.get<int64_t>("nan_on_rank", -1)),
+        dump_inputs_(config.get<std::string>("dump_inputs", "")) {
     if (const size_t at = wait_for_.find("{rank}"); at != std::string::npos)
       wait_for_.replace(at, 6, std::to_string(host.rank()));
     if (const std::string buffer = config.get<std::string>("buffer", ""); !buffer.empty())
@@ -158,7 +163,7 @@ class RecorderModel : public Recording<kiln::Model> {
   }
   static int64_t outputs(const kiln::Host& host, kiln::Config& config) {
     const int64_t odd = config.get<int64_t>("odd_rank_outputs", 2);
-    return host.rank() % 2 == 1 ? odd : 2;
+    return host.rank() % 2 == 1 ? odd : config.get<int64_t>("classes", 2);
   }
   void teardown(kiln::Stage stage, bool failed) override {
     if (!failed && !dump_params_.empty()) {
@@ -188,6 +193,13 @@ class RecorderModel : public Recording<kiln::Model> {
     if (host().rank() == hang_on_rank_ && steps_++ >= hang_after_) {
       recorder_.record("training_step hangs");
       for (;;) ::sleep(60);
+    }
+    if (!dump_inputs_.empty()) {
+      std::ofstream out(dump_inputs_ + "." + std::to_string(host().rank()), std::ios::binary | std::ios::app);
+      const at::Tensor input = batch["input"].to(torch::kCPU, torch::kFloat).contiguous();
+      const at::Tensor target = batch["target"].to(torch::kCPU, torch::kLong).contiguous();
+      out.write(static_cast<const char*>(input.data_ptr()), static_cast<std::streamsize>(input.nbytes()));
+      out.write(static_cast<const char*>(target.data_ptr()), static_cast<std::streamsize>(target.nbytes()));
     }
     at::Tensor loss = torch::nn::functional::cross_entropy(net_->forward(batch["input"]), batch["target"]);
     if (nan_from_step_ >= 0 && calls_++ >= nan_from_step_ && (nan_on_rank_ < 0 || nan_on_rank_ == host().rank()))
@@ -235,6 +247,7 @@ class RecorderModel : public Recording<kiln::Model> {
   std::string wait_for_;
   int64_t step_ms_;
   int64_t nan_from_step_, nan_on_rank_;
+  std::string dump_inputs_;
   int64_t steps_ = 0, calls_ = 0;
 };
 
