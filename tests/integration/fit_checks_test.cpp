@@ -74,6 +74,25 @@ TEST(SanityCheck, AValidationStepBugShowsBeforeAnyTrainingStepAndCleansUp) {
   EXPECT_FALSE(std::filesystem::exists(dir / "run" / "metrics.csv")) << "nothing was logged";
 }
 
+// With two processes and the bug on rank 1 only: rank 0, whose check
+// passed, does not go on to train either; the run names rank 1's failure.
+TEST(SanityCheck, ABugOnOneRankStopsEveryRankBeforeAnyTrainingStep) {
+  TempDir dir;
+  const auto m = recorder_manifest(dir, "fail_at = [\"validation_step\"]\nfail_on_rank = 1", "", "",
+                                   std::string(kSmallFit) + "\n[distributed]\nprocesses = 2\n");
+  const ProcessResult r = kiln_fit(m, {}, std::chrono::seconds(180));
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("failed in validation_step on rank 1: injected failure in validation_step (in the sanity "
+                          "check before the first training step"),
+            std::string::npos)
+      << r.output;
+  const auto log = calls(dir);
+  EXPECT_EQ(count(log, "model@0:validation_step"), 2) << "rank 0's own check passed";
+  EXPECT_EQ(count(log, "model@0:training_step") + count(log, "model@1:training_step"), 0)
+      << "no rank trained\n" << read_file(dir / "calls.log");
+}
+
 TEST(SanityCheck, RunsItsBatchesLogsNothingAndIsNotRunOnResume) {
   TempDir dir;
   const auto m = recorder_manifest(dir, "", "", "", std::string(kSmallFit) + "\n[checkpoint]\n");

@@ -39,6 +39,7 @@ void FitLoop::run(const TrainPosition& start) {
   if (validates_ && settings_.sanity_val_steps != 0) {
     ProfileScope timed(c.profiler, Phase::validation);
     EvaluationLoop(c, KILN_SPLIT_VAL, settings_.val, false).sanity_check(settings_.sanity_val_steps);
+    c.control.after_sanity_check();
   }
   stop_.start_clock();
   const auto fit_started = std::chrono::steady_clock::now();

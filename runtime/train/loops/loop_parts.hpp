@@ -156,6 +156,9 @@ class RunControl {
   virtual void check_signal() = 0;
   // Every rank's votes combined; throws when some rank was interrupted.
   virtual Votes vote(const Votes& mine) = 0;
+  // Every rank together after the sanity check: a rank whose check failed
+  // has left, so the others end here, before any training step.
+  virtual void after_sanity_check() {}
   // Commits a checkpoint of the run at `position` on every rank together.
   virtual std::filesystem::path save_checkpoint(const TrainPosition& position) = 0;
   // Every rank together: waits for an asynchronous commit still in flight

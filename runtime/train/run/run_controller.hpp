@@ -45,6 +45,7 @@ class RunController final : public RunControl {
 
   void check_signal() override;
   Votes vote(const Votes& mine) override;
+  void after_sanity_check() override;
   std::filesystem::path save_checkpoint(const TrainPosition& position) override;
   void finish_checkpoints() override;
   bool checkpointing() const override { return settings_.checkpointing; }
