@@ -4,6 +4,7 @@
 #   ./go test      install what is missing, build, run the whole test suite
 #   ./go build     install what is missing and build only
 #   ./go test --sanitize   the same suite (unit + integration) built with ASan+UBSan, in build-asan/
+#                          (the plugins are build/'s, uninstrumented: built there first if missing)
 #   ./go test --tsan       the concurrency tests built with ThreadSanitizer, in build-tsan/
 #   ./go fuzz [SECONDS]    the libFuzzer targets, SECONDS each (default 30), in build-fuzz/
 #   ./go test|build|example --torch wheel
