@@ -24,6 +24,17 @@ void WeightAveraging::restart_from_model() {
   state_.count = 0;
 }
 
+void WeightAveraging::begin_fit(bool resumed) {
+  const bool other_kind = state_.restored && !state_.restored_kind.empty() && state_.restored_kind != state_.kind;
+  if (!state_.restored && resumed)
+    spdlog::info("averaging: the checkpoint holds no averaged weights; the average starts from its weights");
+  if (other_kind)
+    spdlog::warn("averaging: the checkpoint's average is an {} one, this run's averaging.kind is '{}', which cannot "
+                 "continue it; the average starts again from the checkpoint's weights",
+                 state_.restored_kind, state_.kind);
+  if (!state_.restored || other_kind) restart_from_model();
+}
+
 void WeightAveraging::after_step(int64_t global_step) {
   if (config_.kind != AveragingKind::ema) return;
   at::NoGradGuard no_grad;

@@ -39,6 +39,10 @@ class WeightAveraging {
   // A checkpoint without an average was restored into the model: the
   // average starts again from the restored weights.
   void restart_from_model();
+  // Before the fit's first step, after any restore: continues the restored
+  // average, or starts again from the model's weights when there is none or
+  // it is of the other kind (an EMA is no mean of epoch ends), saying so.
+  void begin_fit(bool resumed);
 
   // EMA: after optimizer step `global_step` (counted from 1).
   void after_step(int64_t global_step);

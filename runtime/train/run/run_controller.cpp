@@ -37,12 +37,6 @@ void RunController::check_signal() {
 // taken by all ranks together in one collective, never by one rank alone: a
 // rank that left the loop early would leave the others waiting in the next
 // gradient all-reduce.
-void RunController::after_sanity_check() {
-  if (!parts_.group) return;
-  at::Tensor here = at::zeros({1}, at::kDouble);
-  parts_.group->all_reduce_sum(here);
-}
-
 Votes RunController::vote(const Votes& mine) {
   const int s = pending_signal();
   const bool preempt = s != 0 && s == settings_.preempt_signal;
@@ -66,6 +60,14 @@ Votes RunController::vote(const Votes& mine) {
   if (interrupt) throw interrupted(s && !preempt ? s : SIGINT);
   if (commit_failed) parts_.checkpointer.raise_background_failure();
   return all;
+}
+
+// No vote: a rank whose sanity check failed has left, and this collective
+// ends the others (docs/training.md).
+void RunController::after_sanity_check() {
+  if (!parts_.group) return;
+  at::Tensor here = at::zeros({1}, at::kDouble);
+  parts_.group->all_reduce_sum(here);
 }
 
 // Every rank's unreduced metrics go into the checkpoint, read without a

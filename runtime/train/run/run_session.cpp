@@ -382,19 +382,8 @@ class Run {
     TrainPosition start;
     if (resume_) start = checkpoints_->resume(*resume_, command_);
     agree();
-    if (averaging_) {
-      const AveragedState& restored = averaging_->state();
-      const bool other_kind = restored.restored && !restored.restored_kind.empty() &&
-                              restored.restored_kind != restored.kind;
-      // From the agreed weights (rank 0's), so every rank averages alike.
-      if (!restored.restored && resume_)
-        spdlog::info("averaging: the checkpoint holds no averaged weights; the average starts from its weights");
-      if (other_kind)
-        spdlog::warn("averaging: the checkpoint's average is an {} one, this run's averaging.kind is '{}', which "
-                     "cannot continue it; the average starts again from the checkpoint's weights",
-                     restored.restored_kind, restored.kind);
-      if (!restored.restored || other_kind) averaging_->restart_from_model();
-    }
+    // From the agreed weights (rank 0's), so every rank averages alike.
+    if (averaging_) averaging_->begin_fit(resume_.has_value());
     if (averaging_ && m_.averaging.kind == AveragingKind::swa && m_.averaging.swa_lr > 0)
       schedule.anneal_to(m_.averaging.swa_lr, swa_start_epoch(m_.averaging, settings_.max_epochs),
                          m_.averaging.annealing_epochs);
