@@ -15,6 +15,7 @@
 #include <future>
 #include <string>
 
+#include <ATen/TensorIterator.h>
 #include <torch/torch.h>
 
 #include "idx_reader.hpp"
@@ -40,6 +41,9 @@ constexpr double kStd = 0.3530;
 __attribute__((target_clones("avx2", "default"))) void scale_row(const uint8_t* from, float* to) {
   for (int64_t j = 0; j < kPixels; ++j) to[j] = static_cast<float>(from[j]) / 255.0f;
 }
+
+// Rows a task when a batch is shared between threads: as index_select's gather.
+constexpr int64_t kRowsPerTask = at::internal::GRAIN_SIZE / kPixels;
 
 // One split: images stay uint8 (a quarter of the memory of float32) and are
 // converted per batch, which costs little next to a training step.
@@ -107,9 +111,33 @@ class FashionMnist final : public kiln::DataModule {
     const int64_t* labels = data.labels.data_ptr<int64_t>();
     float* pixels = input.data_ptr<float>();
     int64_t* classes = target.data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      scale_row(images + indices[i] * kPixels, pixels + i * kPixels);
-      classes[i] = labels[indices[i]];
+    auto rows = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        scale_row(images + indices[i] * kPixels, pixels + i * kPixels);
+        classes[i] = labels[indices[i]];
+      }
+    };
+    if (n <= kRowsPerTask || at::get_num_threads() == 1) {
+      rows(0, n);
+    } else {
+      // Shared between the intra-op threads as index_select shares a gather
+      // (GRAIN_SIZE elements a task): mlp256's 128 rows in two halves at 2
+      // threads, where the step's second thread otherwise waited ~35 us a
+      // step for one thread's loop (bench/README.md, issue 23). Through
+      // TensorIterator::for_each, an element per row of `target`: its
+      // parallel_for is LibTorch's own, compiled with the OpenMP runtime
+      // LibTorch uses; a plugin's own would need -fopenmp and could bring a
+      // second runtime into the process (the PyPI wheel bundles its own).
+      at::TensorIterator iter = at::TensorIterator::nullary_op(target);
+      const char* first = reinterpret_cast<const char*>(classes);
+      iter.for_each(
+          [&](char** data, const int64_t* strides, int64_t size0, int64_t size1) {
+            for (int64_t j = 0; j < size1; ++j) {
+              const int64_t begin = (data[0] + j * strides[1] - first) / static_cast<int64_t>(sizeof(int64_t));
+              rows(begin, begin + size0);
+            }
+          },
+          kRowsPerTask);
     }
     if (normalize_) input.sub_(kMean).div_(kStd);
     return {{"input", input}, {"target", target}};

@@ -22,29 +22,35 @@ ProcessResult fit(const std::filesystem::path& manifest, std::vector<std::string
 // IDX file to the bit: x / 255 as torchvision's ToTensor computes it
 // (u8.float().div(255)) and as torch.div(u8, 255.0) does, and with
 // normalize = true, that minus 0.2860 divided by 0.3530. The labels are the
-// file's. Checked with the PyTorch kiln was built against.
+// file's. Checked with the PyTorch kiln was built against. A batch of 128 at
+// 2 threads takes the path that shares a batch's rows between threads.
 TEST(Training, FashionMnistBatchesArePyTorchsArithmeticToTheBit) {
   KILN_REQUIRE_CHECK_PYTHON();
-  for (const bool normalize : {false, true}) {
-    SCOPED_TRACE(normalize ? "normalize" : "x / 255");
+  struct Case {
+    bool normalize;
+    int threads;
+    int rows;
+  };
+  for (const Case c : {Case{false, 1, 32}, Case{true, 1, 32}, Case{false, 2, 128}}) {
+    SCOPED_TRACE(std::string(c.normalize ? "normalize" : "x / 255") + ", " + std::to_string(c.threads) +
+                 " thread(s), batches of " + std::to_string(c.rows));
     TempDir dir;
     const std::string recorder = (test_plugin_dir() / "libkiln_test_recorder.so").string();
     write_file(dir / "run.toml",
-               "[run]\ndir = \"" + (dir / "run").string() + "\"\nthreads = 1\n\n[model]\npath = \"" + recorder +
-                   "\"\nid = \"test.recorder_model\"\nlog = \"" + (dir / "calls.log").string() +
-                   "\"\nfeatures = 784\nclasses = 10\ndump_inputs = \"" + (dir / "inputs").string() +
-                   "\"\n\n[data]\npath = \"kiln_fashion_mnist\"\nval_size = 0\nnormalize = " +
-                   (normalize ? "true" : "false") +
-                   "\n\n[trainer]\nmax_epochs = 1\nmax_steps = 3\nbatch_size = 32\nshuffle = false\n"
-                   "num_sanity_val_steps = 0\nprogress = \"none\"\n");
+               "[run]\ndir = \"" + (dir / "run").string() + "\"\nthreads = " + std::to_string(c.threads) +
+                   "\n\n[model]\npath = \"" + recorder + "\"\nid = \"test.recorder_model\"\nlog = \"" +
+                   (dir / "calls.log").string() + "\"\nfeatures = 784\nclasses = 10\ndump_inputs = \"" +
+                   (dir / "inputs").string() + "\"\n\n[data]\npath = \"kiln_fashion_mnist\"\nval_size = 0\nnormalize = " +
+                   (c.normalize ? "true" : "false") + "\n\n[trainer]\nmax_epochs = 1\nmax_steps = 3\nbatch_size = " +
+                   std::to_string(c.rows) + "\nshuffle = false\nnum_sanity_val_steps = 0\nprogress = \"none\"\n");
     const ProcessResult r = kiln_fit(dir / "run.toml");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     write_file(dir / "check.py", R"(import gzip, sys, torch
-dump, normalize = open(sys.argv[1], "rb").read(), sys.argv[2] == "1"
+dump, normalize, rows = open(sys.argv[1], "rb").read(), sys.argv[2] == "1", int(sys.argv[3])
 root = "/usr/share/datasets/fashion-mnist/"
 images = gzip.open(root + "train-images-idx3-ubyte.gz").read()[16:]
 labels = gzip.open(root + "train-labels-idx1-ubyte.gz").read()[8:]
-n, rows = 32 * 3, 32
+n = rows * 3
 assert len(dump) == n * (784 * 4 + 8), len(dump)
 u8 = torch.frombuffer(bytearray(images[:n * 784]), dtype=torch.uint8).reshape(n, 784)
 refs = [u8.float().div(255), torch.div(u8, 255.0)]
@@ -62,7 +68,8 @@ for b in range(3):
 print("ok", torch.__version__)
 )");
     const ProcessResult check = run_process({check_python().string(), (dir / "check.py").string(),
-                                             (dir / "inputs.0").string(), normalize ? "1" : "0"});
+                                             (dir / "inputs.0").string(), c.normalize ? "1" : "0",
+                                             std::to_string(c.rows)});
     EXPECT_EQ(check.exit_code, 0) << check.output;
   }
 }
