@@ -377,6 +377,12 @@ class Validator {
            " cannot be set with trainer.overfit_batches, which trains and validates on the same first batches of "
            "the training split (remove one of them)");
     }
+    // Lightning turns the shuffling off with a warning; a manifest that asks
+    // for both says two things, and kiln would honour only one.
+    if (has_key("trainer", "shuffle") && m.trainer.shuffle)
+      fail(where_key("trainer", "shuffle") +
+           ": trainer.shuffle = true cannot be set with trainer.overfit_batches, which trains and validates on "
+           "the same first batches in order (remove trainer.shuffle)");
   }
 
   // [averaging]: the keys of its kind only, with values it can honour.

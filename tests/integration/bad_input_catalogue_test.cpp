@@ -200,6 +200,7 @@ std::vector<BadInput> catalogue() {
       // --- around the loop (issue 23) ---------------------------------------------
       {"num_sanity_val_steps_below_minus_one", [](Case& c) { c.args = fit(c, {"--set", "trainer.num_sanity_val_steps=-2"}); c.names = "trainer.num_sanity_val_steps must be >= -1"; }},
       {"overfit_batches_with_limit_train_batches", [](Case& c) { c.args = fit(c, {"--set", "trainer.overfit_batches=2", "--set", "trainer.limit_train_batches=5"}); c.names = "trainer.limit_train_batches cannot be set with trainer.overfit_batches"; }},
+      {"overfit_batches_with_shuffle", [](Case& c) { c.args = fit(c, {"--set", "trainer.overfit_batches=2", "--set", "trainer.shuffle=true"}); c.names = "trainer.shuffle = true cannot be set with trainer.overfit_batches"; }},
       {"detect_nonfinite_unknown", [](Case& c) { c.args = fit(c, {"--set", "trainer.detect_nonfinite=loud"}); c.names = "trainer.detect_nonfinite must be 'off', 'warn' or 'raise', not 'loud'"; }},
       {"ema_decay_one", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=ema", "--set", "averaging.decay=1.0"}); c.names = "averaging.decay must be in (0.0, 1.0)"; }},
       {"ema_decay_zero", [](Case& c) { c.args = fit(c, {"--set", "averaging.kind=ema", "--set", "averaging.decay=0.0"}); c.names = "averaging.decay must be in (0.0, 1.0)"; }},
