@@ -5,6 +5,7 @@
 # defaults on: progress lines, metrics.csv, a checkpoint each epoch
 # (bench/mlp*.toml), trainer.data_workers = auto.
 # Usage: bench/run.sh [rounds] [threads...]   (default: 3 rounds, 1 2)
+#        KILN_BENCH_EACH=1 bench/run.sh ...   also prints each round's epochs
 # Run it on an otherwise idle machine; timings are not tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +17,18 @@ cmake --build "$build" -j2 --target kiln bench_hand_loop kiln_mlp kiln_fashion_m
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+median() {  # of numbers only: anything else is a parsing bug, not a time
+  sort -g | awk '$1 !~ /^[0-9.eE+-]+$/ {print "bench/run.sh: not a number: " $1 > "/dev/stderr"; exit 1}
+    {a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'
+}
 peak_kb() { awk -F: '/Maximum resident/ {gsub(/ /, "", $2); print $2}' "$1"; }
 
 run_hand() {  # model threads
   /usr/bin/time -v -o "$out/hand.time" "$build/bin/bench_hand_loop" "$1" "$2" >"$out/hand.log" 2>&1
-  grep '^epoch' "$out/hand.log" | awk '{print $4}' >>"$out/hand.$1.$2"
+  # Only the "epoch N seconds S" lines: the "epoch 0 order starts" marker,
+  # read as a number, sorted below every time and made the floor's "median"
+  # its 33rd percentile (every ratio before 2026-11-27 17:30 was too high).
+  awk '$1 == "epoch" && $3 == "seconds" {print $4}' "$out/hand.log" >>"$out/hand.$1.$2"
   peak_kb "$out/hand.time" >>"$out/hand.rss.$1.$2"
 }
 run_kiln() {  # model threads
@@ -40,6 +47,11 @@ for model in mlp256 mlp32; do
     : >"$out/hand.$model.$t"; : >"$out/kiln.$model.$t"; : >"$out/hand.rss.$model.$t"; : >"$out/kiln.rss.$model.$t"
     for r in $(seq 1 "$rounds"); do
       if [ $((r % 2)) = 1 ]; then run_hand "$model" "$t"; run_kiln "$model" "$t"; else run_kiln "$model" "$t"; run_hand "$model" "$t"; fi
+      # This VM changes speed for seconds at a time: a round's epochs show
+      # whether both sides ran in the same state.
+      if [ "${KILN_BENCH_EACH:-0}" = 1 ]; then
+        echo "  $model $t round $r s/epoch: hand $(tail -3 "$out/hand.$model.$t" | tr '\n' ' ')| kiln $(tail -3 "$out/kiln.$model.$t" | tr '\n' ' ')"
+      fi
       if [ "$r" = 1 ]; then
         echo "== $model, $t thread(s): like-for-like markers (hand loop | kiln)"
         grep -E 'initial parameter sum|order starts|last batch loss|test accuracy' "$out/hand.log" | sed 's/^/  hand: /'
