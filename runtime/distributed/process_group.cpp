@@ -378,7 +378,7 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
   });
 }
 
-void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
+void ProcessGroup::all_reduce_sum(at::Tensor& tensor, const char* contribution) {
   collective("all-reduce", [&] {
     // Not interruptible: kiln's all-reduces are the agreements themselves —
     // the stop vote (which is how a signal is acted on, by all ranks
@@ -387,7 +387,7 @@ void ProcessGroup::all_reduce_sum(at::Tensor& tensor) {
     // gradients: a round trip over loopback TCP costs 1-2 ms, a vote every
     // 16 steps ~5 % of a 2-process mlp256 epoch (bench/README.md).
     if (shm_ && tensor.is_cpu()) {
-      shm_->all_reduce_sum(tensor);
+      shm_->all_reduce_sum(tensor, contribution);
       return;
     }
     std::vector<at::Tensor> one{tensor};

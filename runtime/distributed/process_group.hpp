@@ -72,7 +72,9 @@ class ProcessGroup {
   void broadcast(std::vector<at::Tensor>& tensors, int root);
   // In place, summed over ranks. The one wait a signal does not end (it
   // carries the agreed decisions: stop votes, checkpoint commits).
-  void all_reduce_sum(at::Tensor& tensor);
+  // `contribution` names what each rank hands over, for the line that says
+  // which rank did not.
+  void all_reduce_sum(at::Tensor& tensor, const char* contribution);
   // Every rank's `text`, indexed by rank. Goes through the store, so it works
   // for values of any length and never depends on tensor shapes agreeing.
   std::vector<std::string> all_gather_text(const std::string& text);

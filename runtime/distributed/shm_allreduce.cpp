@@ -38,9 +38,9 @@ std::string seconds_text(std::chrono::milliseconds t) {
   return text;
 }
 
-const char* phase_text(int phase) {
+const char* phase_text(int phase, const char* contribution) {
   switch (phase) {
-    case 0: return "its gradients";
+    case 0: return contribution;
     case 1: return "its share of the sum";
     default: return "the previous sum";
   }
@@ -122,8 +122,9 @@ uint8_t* ShmAllReduce::slot(uint64_t seq, int rank) const {
 
 uint8_t* ShmAllReduce::result(uint64_t seq) const { return slot(seq, ranks_); }
 
-void ShmAllReduce::all_reduce_sum(at::Tensor& tensor) {
+void ShmAllReduce::all_reduce_sum(at::Tensor& tensor, const char* contribution) {
   if (ranks_ == 1 || tensor.numel() == 0) return;
+  contribution_ = contribution;
   if (!tensor.device().is_cpu())
     throw std::invalid_argument("the shared-memory all-reduce takes CPU tensors, not " + tensor.device().str());
   at::Tensor flat = tensor.is_contiguous() ? tensor : tensor.contiguous();
@@ -226,7 +227,7 @@ void ShmAllReduce::fail_waiting(Phase phase, uint64_t seq, const std::string& wh
   const int behind = first_behind(phase, seq);
   throw PeerFailure("the shared-memory all-reduce waited for rank " + std::to_string(behind) + " (pid " +
                     std::to_string(state(std::max(behind, 0)).pid.load()) + ") to hand over " +
-                    phase_text(static_cast<int>(phase)) + ": " + why);
+                    phase_text(static_cast<int>(phase), contribution_) + ": " + why);
 }
 
 }  // namespace kiln

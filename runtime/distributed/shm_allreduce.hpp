@@ -60,7 +60,9 @@ class ShmAllReduce {
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // Sums `tensor` (CPU, any dtype ATen adds) over the ranks, in place.
-  void all_reduce_sum(at::Tensor& tensor);
+  // `contribution` names what each rank hands over, for the line that says
+  // which rank did not ("its gradients", "its stop vote").
+  void all_reduce_sum(at::Tensor& tensor, const char* contribution = "its gradients");
 
   // Where the time of the calls so far went (bench/README.md: where a
   // 2-process step goes).
@@ -97,6 +99,7 @@ class ShmAllReduce {
   std::chrono::milliseconds timeout_;
   size_t slot_bytes_;
   uint64_t seq_ = 0;  // chunks reduced so far (the same on every rank)
+  const char* contribution_ = "its gradients";  // of the call in progress
   Stats stats_;
 };
 

@@ -87,6 +87,9 @@ TEST(SanityCheck, ABugOnOneRankStopsEveryRankBeforeAnyTrainingStep) {
                           "check before the first training step"),
             std::string::npos)
       << r.output;
+  // Rank 0, left waiting for rank 1 after its own check, says what it
+  // waited for: not gradients, which no step had computed.
+  EXPECT_EQ(r.output.find("to hand over its gradients"), std::string::npos) << r.output;
   const auto log = calls(dir);
   EXPECT_EQ(count(log, "model@0:validation_step"), 2) << "rank 0's own check passed";
   EXPECT_EQ(count(log, "model@0:training_step") + count(log, "model@1:training_step"), 0)

@@ -49,7 +49,7 @@ Votes RunController::vote(const Votes& mine) {
     at::Tensor votes = at::tensor({all.stop ? 1.0 : 0.0, interrupt ? 1.0 : 0.0, all.preempt ? 1.0 : 0.0,
                                    all.out_of_time ? 1.0 : 0.0, commit_failed ? 1.0 : 0.0},
                                   at::kDouble);
-    parts_.group->all_reduce_sum(votes);
+    parts_.group->all_reduce_sum(votes, "its stop vote");
     const auto v = votes.accessor<double, 1>();
     all.stop = v[0] > 0;
     interrupt = v[1] > 0;
@@ -67,7 +67,7 @@ Votes RunController::vote(const Votes& mine) {
 void RunController::after_sanity_check() {
   if (!parts_.group) return;
   at::Tensor here = at::zeros({1}, at::kDouble);
-  parts_.group->all_reduce_sum(here);
+  parts_.group->all_reduce_sum(here, "word that its sanity check passed");
 }
 
 // Every rank's unreduced metrics go into the checkpoint, read without a

@@ -163,7 +163,7 @@ class Run {
     checkpointer_.emplace(m_.checkpoint, rank(), [this](bool ok) {
       if (!group_) return ok;
       at::Tensor failed = at::tensor({ok ? 0.0 : 1.0}, at::kDouble);
-      group_->all_reduce_sum(failed);
+      group_->all_reduce_sum(failed, "whether its checkpoint write succeeded");
       return failed.item<double>() == 0;
     });
     collections_.emplace(group_.get(), *metrics_, collect_limit_bytes(m_.metrics.collect_limit_mib));
@@ -464,7 +464,7 @@ class Run {
   // A sum over the ranks of a small CPU tensor, in place; empty in one process.
   std::function<void(at::Tensor&)> sum_over_ranks() {
     if (!group_) return {};
-    return [this](at::Tensor& t) { group_->all_reduce_sum(t); };
+    return [this](at::Tensor& t) { group_->all_reduce_sum(t, "its non-finite check"); };
   }
 
   // [[optimizer.groups]] over the model's parameter names; the description
