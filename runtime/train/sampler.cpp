@@ -135,17 +135,23 @@ BatchPlan cut(const SamplerOptions& options, std::vector<int64_t> epoch_order, i
   BatchPlan plan;
   const int64_t world = std::max<int64_t>(options.world_size, 1);
   const int64_t start = std::clamp<int64_t>(options.first_sample, 0, length);
-  // The samples this plan covers: the epoch's order from `start` on.
-  std::vector<int64_t> order(epoch_order.begin() + start, epoch_order.end());
-  const int64_t rest = length - start;
-  if (world > 1 && options.equal_shards) {
-    // Padding repeats the order's start, as a whole epoch's does.
-    const int64_t total = options.drop_last ? rest / world * world : (rest + world - 1) / world * world;
-    for (int64_t i = rest; i < total; ++i) order.push_back(epoch_order[(i - rest) % length]);
-    order.resize(total);
+  if (world == 1 && start == 0) {
+    // A whole epoch on one rank is the order itself: no copy, every epoch.
+    plan.indices = std::move(epoch_order);
+  } else {
+    // The samples this plan covers: the epoch's order from `start` on.
+    std::vector<int64_t> order(epoch_order.begin() + start, epoch_order.end());
+    const int64_t rest = length - start;
+    if (world > 1 && options.equal_shards) {
+      // Padding repeats the order's start, as a whole epoch's does.
+      const int64_t total = options.drop_last ? rest / world * world : (rest + world - 1) / world * world;
+      for (int64_t i = rest; i < total; ++i) order.push_back(epoch_order[(i - rest) % length]);
+      order.resize(total);
+    }
+    plan.indices.reserve(order.size() / static_cast<size_t>(world) + 1);
+    for (size_t i = static_cast<size_t>(options.rank); i < order.size(); i += static_cast<size_t>(world))
+      plan.indices.push_back(order[i]);
   }
-  for (size_t i = static_cast<size_t>(options.rank); i < order.size(); i += static_cast<size_t>(world))
-    plan.indices.push_back(order[i]);
   const std::vector<int64_t> sizes =
       batch_sizes(static_cast<int64_t>(plan.indices.size()), options.batch_size, options.drop_last);
   if (resumed) plan.first_batch = options.first_sample / (options.batch_size * world);
@@ -153,6 +159,7 @@ BatchPlan cut(const SamplerOptions& options, std::vector<int64_t> epoch_order, i
   if (options.max_batches >= 0)
     batches = std::min<size_t>(batches, static_cast<size_t>(std::max<int64_t>(options.max_batches - plan.first_batch, 0)));
   plan.offsets.reserve(batches + 1);
+  plan.positions.reserve(batches);
   plan.offsets.push_back(0);
   for (size_t b = 0; b < batches; ++b) {
     plan.offsets.push_back(plan.offsets.back() + static_cast<size_t>(sizes[b]));
