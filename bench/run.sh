@@ -35,12 +35,12 @@ run_kiln() {  # model threads
   rm -rf "$out/run"
   /usr/bin/time -v -o "$out/kiln.time" "$build/bin/kiln" fit "bench/$1.toml" --set run.threads="$2" \
     --set run.log_level=debug --set run.dir="$out/run" >"$out/kiln.log" 2>&1 </dev/null
-  awk -F, 'NR==1{for(i=1;i<=NF;i++) if($i=="epoch_seconds") c=i; next} c && $c!="" {print $c}' \
-    "$out/run/metrics.csv" >>"$out/kiln.$1.$2"
-  # Epochs 1 and 2: the hand loop warms up on a throw-away model before it
-  # times anything; kiln's epoch 0 is its warm-up, a third of its epochs here.
-  awk -F, 'NR==1{for(i=1;i<=NF;i++){if($i=="epoch_seconds") c=i; if($i=="epoch") e=i}; next} c && $c!="" && $e>=1 {print $c}' \
-    "$out/run/metrics.csv" >>"$out/kiln.warm.$1.$2"
+  # Every epoch, and epochs 1 and 2 apart: the hand loop warms up on a
+  # throw-away model before it times anything; kiln's epoch 0 is its
+  # warm-up, a third of its epochs here.
+  awk -F, -v all="$out/kiln.$1.$2" -v warm="$out/kiln.warm.$1.$2" '
+    NR==1 {for(i=1;i<=NF;i++){if($i=="epoch_seconds") c=i; if($i=="epoch") e=i}; next}
+    c && $c!="" {print $c >>all; if ($e>=1) print $c >>warm}' "$out/run/metrics.csv"
   peak_kb "$out/kiln.time" >>"$out/kiln.rss.$1.$2"
 }
 
