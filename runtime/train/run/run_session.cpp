@@ -394,7 +394,8 @@ class Run {
     std::optional<GradScaler> scaler;
     if (m_.trainer.precision == Precision::fp16_mixed) scaler.emplace(state_.scaler);
     NonfiniteWatch& nonfinite =
-        nonfinite_.emplace(m_.trainer.detect_nonfinite, m_.trainer.log_every_n_steps, sum_over_ranks());
+        nonfinite_.emplace(m_.trainer.detect_nonfinite, m_.trainer.log_every_n_steps,
+                           sum_over_ranks("its non-finite check"));
     if (nonfinite.on())
       control_->guard_commits([this](const TrainPosition& at) {
         // A checkpoint at an epoch's end continues with the next epoch; its
@@ -461,10 +462,11 @@ class Run {
                  restored.restored_kind.empty() ? restored.kind : restored.restored_kind, restored.count);
   }
 
-  // A sum over the ranks of a small CPU tensor, in place; empty in one process.
-  std::function<void(at::Tensor&)> sum_over_ranks() {
+  // A sum over the ranks of a small CPU tensor, in place; empty in one
+  // process. `contribution` names each rank's part (ProcessGroup::all_reduce_sum).
+  std::function<void(at::Tensor&)> sum_over_ranks(const char* contribution) {
     if (!group_) return {};
-    return [this](at::Tensor& t) { group_->all_reduce_sum(t, "its non-finite check"); };
+    return [this, contribution](at::Tensor& t) { group_->all_reduce_sum(t, contribution); };
   }
 
   // [[optimizer.groups]] over the model's parameter names; the description
