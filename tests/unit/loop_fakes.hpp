@@ -256,8 +256,9 @@ struct Fit {
   }
   GradScaler* scaler = nullptr;
   NonfiniteWatch* nonfinite = nullptr;
+  torch::optim::Optimizer* other_optimizer = nullptr;  // set: stepped instead of `optimizer`
   TrainPosition run(const TrainPosition& start = {}) {
-    Optimization optimization{optimizer, *schedule, trainable, nullptr, scaler};
+    Optimization optimization{other_optimizer ? *other_optimizer : optimizer, *schedule, trainable, nullptr, scaler};
     optimization.nonfinite = nonfinite;
     FitLoop loop(context, settings, optimization, *stop);
     loop.run(start);

@@ -156,6 +156,43 @@ TEST(FitLoopTest, InOneProcessGradientsAreDroppedAfterEachOptimizerStep) {
   EXPECT_EQ(steps, 2);
 }
 
+// kiln's optimizers are LibTorch's own, whose step() builds no graph (it
+// runs under its NoGradGuard): the loop steps them below the dispatcher's
+// autograd layer, which only passed each op on (~0.1 us an op). The same
+// kernels run, and the version counters still move, so a graph that saved a
+// weight before the step refuses to backward through it, as it would have.
+TEST(FitLoopTest, TheOptimizerStepRunsBelowTheAutogradLayerAndKeepsVersionCounters) {
+  Fit fit(1, -1);
+  fit.model.has_val = fit.model.has_test = false;
+  // Adam: LibTorch 1.13's SGD updates p.data(), which moves no counter.
+  struct Probe final : torch::optim::Adam {
+    using Adam::Adam;
+    int steps = 0, below_autograd = 0, grad_mode = 0;
+    at::Tensor step(LossClosure closure = nullptr) override {
+      ++steps;
+      below_autograd += c10::impl::tls_is_dispatch_keyset_excluded(c10::autograd_dispatch_keyset);
+      grad_mode += at::GradMode::is_enabled();
+      return Adam::step(std::move(closure));
+    }
+  } probe(fit.trainable, torch::optim::AdamOptions(0.1));
+  fit.other_optimizer = &probe;
+  const at::Tensor weight = fit.model.net->weight;
+  const at::Tensor saved = (weight * weight).sum();  // saves the weight for its backward
+  const int64_t version_before = weight._version();
+  const at::Tensor weight_before = weight.detach().clone();
+  fit.run();
+  EXPECT_EQ(probe.steps, 3);
+  EXPECT_EQ(probe.below_autograd, 3) << "each step below the autograd layer";
+  EXPECT_EQ(probe.grad_mode, 0);
+  EXPECT_GE(weight._version(), version_before + 3) << "every in-place update counted";
+  EXPECT_FALSE(weight.detach().equal(weight_before));
+  EXPECT_FALSE(weight.requires_grad() && weight.grad_fn()) << "the weight is still a leaf";
+  EXPECT_TRUE(weight.requires_grad());
+  EXPECT_THROW(saved.backward(), c10::Error) << "the graph sees the weight was modified";
+  // Outside the step the loop is back above it: the next forward records.
+  EXPECT_FALSE(c10::impl::tls_is_dispatch_keyset_excluded(c10::autograd_dispatch_keyset));
+}
+
 // Issue 9's rule: nothing in the training step waits for the device. The
 // loss is recorded as a tensor and copied to the host once per log point
 // (here: each epoch end), with gradient-norm clipping and accumulation on;
