@@ -48,9 +48,16 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 rows=()
 for model in mlp256 mlp32; do
   for t in "${threads[@]}"; do
-    : >"$out/hand.$model.$t"; : >"$out/kiln.$model.$t"; : >"$out/kiln.warm.$model.$t"; : >"$out/hand.rss.$model.$t"; : >"$out/kiln.rss.$model.$t"
+    : >"$out/hand.$model.$t"; : >"$out/kiln.$model.$t"; : >"$out/kiln.warm.$model.$t"; : >"$out/hand.rss.$model.$t"; : >"$out/kiln.rss.$model.$t"; : >"$out/pair.$model.$t"
     for r in $(seq 1 "$rounds"); do
       if [ $((r % 2)) = 1 ]; then run_hand "$model" "$t"; run_kiln "$model" "$t"; else run_kiln "$model" "$t"; run_hand "$model" "$t"; fi
+      # Each round's pair, kiln's median epoch over the hand loop's: the two
+      # ran seconds apart, so a pair mostly shares the VM's speed state
+      # (which changes for seconds at a time), where the pooled medians
+      # below mix rounds of either state in whatever proportion each side
+      # happened to get.
+      paste <(tail -3 "$out/kiln.$model.$t" | median) <(tail -3 "$out/hand.$model.$t" | median) |
+        awk '{printf "%.6f\n", $1 / $2}' >>"$out/pair.$model.$t"
       # This VM changes speed for seconds at a time: a round's epochs show
       # whether both sides ran in the same state.
       if [ "${KILN_BENCH_EACH:-0}" = 1 ]; then
@@ -71,13 +78,14 @@ for model in mlp256 mlp32; do
     warm_s=$(median <"$out/kiln.warm.$model.$t")
     hand_mb=$(median <"$out/hand.rss.$model.$t")
     kiln_mb=$(median <"$out/kiln.rss.$model.$t")
-    rows+=("$(awk -v m="$model" -v t="$t" -v h="$hand_s" -v k="$kiln_s" -v w="$warm_s" -v hm="$hand_mb" -v km="$kiln_mb" 'BEGIN {
-      printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.0f / %.0f |", m, t, h, k, k/h, w/h, hm/1024, km/1024 }')")
+    pair=$(median <"$out/pair.$model.$t")
+    rows+=("$(awk -v m="$model" -v t="$t" -v h="$hand_s" -v k="$kiln_s" -v w="$warm_s" -v p="$pair" -v hm="$hand_mb" -v km="$kiln_mb" 'BEGIN {
+      printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.0f / %.0f |", m, t, h, k, k/h, w/h, p, hm/1024, km/1024 }')")
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "medians of $((3 * rounds)) epochs per cell (kiln's epochs 1-2 only: $((2 * rounds))); peak RSS: median over rounds"
-echo "| model | threads | hand loop s/epoch | kiln s/epoch | kiln / hand | kiln epochs 1-2 / hand | peak RSS MiB hand / kiln |"
-echo "|---|---|---|---|---|---|---|"
+echo "medians of $((3 * rounds)) epochs per cell (kiln's epochs 1-2 only: $((2 * rounds))); paired: the median over $rounds rounds of each round's kiln / hand; peak RSS: median over rounds"
+echo "| model | threads | hand loop s/epoch | kiln s/epoch | kiln / hand | kiln epochs 1-2 / hand | paired rounds | peak RSS MiB hand / kiln |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
