@@ -29,17 +29,7 @@ std::map<std::string, double> EvaluationLoop::run(int64_t epoch) {
   {
     at::NoGradGuard no_grad;
     std::unique_ptr<BatchStream> batches = c.data.open(split_, spec_, 0, 0);
-    const int64_t n = batches->size();
-    c.progress.begin(split_name(split_), n);
-    for (int64_t b = 0; b < n; ++b) {
-      c.control.check_signal();
-      BatchPtr batch = batches->next();
-      if (c.collector) c.collector->begin_step(split_, batches->sample_indices(b), b);
-      c.model.evaluation_step(split_, *batch, b);
-      if (c.collector) c.collector->end_step(split_);
-      c.progress.step(b);
-    }
-    c.progress.end();
+    step_through(*batches, split_name(split_), /*in_sanity_check=*/false);
     if (c.collector) c.collector->end_epoch(split_, c.progress_at(stage, epoch, -1));
   }
   auto metrics = c.metrics.reduce();
@@ -62,30 +52,37 @@ void EvaluationLoop::sanity_check(int64_t max_batches) {
   {
     at::NoGradGuard no_grad;
     std::unique_ptr<BatchStream> batches = c.data.open(split_, spec, 0, 0);
-    n = batches->size();
-    c.progress.begin("sanity check", n);
-    for (int64_t b = 0; b < n; ++b) {
-      c.control.check_signal();
-      try {
-        BatchPtr batch = batches->next();
-        if (c.collector) c.collector->begin_step(split_, batches->sample_indices(b), b);
-        c.model.evaluation_step(split_, *batch, b);
-        if (c.collector) c.collector->end_step(split_);
-      } catch (const HookError& e) {
-        throw HookError(e.plugin_id(), e.slot(), e.hook(),
-                        e.message() + fmt::format(" (in the sanity check before the first training step: {} batch {} "
-                                                  "of {}; trainer.num_sanity_val_steps = 0 skips it)",
-                                                  split_name(split_), b, n),
-                        e.code());
-      }
-      c.progress.step(b);
-    }
-    c.progress.end();
+    n = step_through(*batches, "sanity check", /*in_sanity_check=*/true);
   }
   if (c.collector) c.collector->discard(split_);
   c.metrics.discard();
   c.metrics.take_back();
   spdlog::info("sanity check: {} {} batch{} passed", n, split_name(split_), n == 1 ? "" : "es");
+}
+
+int64_t EvaluationLoop::step_through(BatchStream& batches, const std::string& title, bool in_sanity_check) {
+  LoopContext& c = context_;
+  const int64_t n = batches.size();
+  c.progress.begin(title, n);
+  for (int64_t b = 0; b < n; ++b) {
+    c.control.check_signal();
+    try {
+      BatchPtr batch = batches.next();
+      if (c.collector) c.collector->begin_step(split_, batches.sample_indices(b), b);
+      c.model.evaluation_step(split_, *batch, b);
+      if (c.collector) c.collector->end_step(split_);
+    } catch (const HookError& e) {
+      if (!in_sanity_check) throw;
+      throw HookError(e.plugin_id(), e.slot(), e.hook(),
+                      e.message() + fmt::format(" (in the sanity check before the first training step: {} batch {} "
+                                                "of {}; trainer.num_sanity_val_steps = 0 skips it)",
+                                                split_name(split_), b, n),
+                      e.code());
+    }
+    c.progress.step(b);
+  }
+  c.progress.end();
+  return n;
 }
 
 }  // namespace kiln

@@ -28,6 +28,11 @@ class EvaluationLoop {
   void sanity_check(int64_t max_batches);
 
  private:
+  // Every batch of `batches` through the model's step under a progress
+  // display titled `title`; returns how many. In the sanity check a step's
+  // failure says where it happened.
+  int64_t step_through(BatchStream& batches, const std::string& title, bool in_sanity_check);
+
   LoopContext& context_;
   kiln_split split_;
   EpochSpec spec_;
