@@ -346,7 +346,8 @@ TableSchema declare_averaging_table() {
   averaging.key("start_epoch", &AveragingConfig::start_epoch,
                 "swa: the first epoch whose end is averaged, an epoch number (integer) or a fraction of "
                 "trainer.max_epochs (float)")
-      .allowed("an integer >= 0 (an epoch) or a float in [0.0, 1.0] (a fraction of max_epochs)");
+      .allowed("an integer >= 0 (an epoch) or a float in [0.0, 1.0] (a fraction of max_epochs)")
+      .counts("an epoch number");
   averaging.key("swa_lr", &AveragingConfig::swa_lr,
                 "swa: the learning rate from start_epoch on (every parameter group); 0 = the schedule's")
       .at_least(0.0);

@@ -67,6 +67,7 @@ struct KeySchema {
   // the dotted key as messages show it).
   std::function<std::string(const std::string& name, const std::string& value)> refuse;
   std::string allowed_text;           // the reference's "allowed" cell where `refuse` decides
+  std::string counts = "a number of batches";  // batch_limit: what its integer form counts, as messages name it
   std::string default_text;           // the reference's "default" cell where it is not the member's initializer
   std::string doc;                    // one line
   std::function<void(Manifest&, const SchemaValue&)> store;

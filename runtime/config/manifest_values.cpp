@@ -211,12 +211,13 @@ SchemaValue choice_value(const KeySchema& k, const Field& f) {
   return ChoiceIndex{static_cast<std::size_t>(std::find(k.choices.begin(), k.choices.end(), v) - k.choices.begin())};
 }
 
-// A count or a fraction (trainer.limit_*_batches).
-SchemaValue batch_limit_value(const Field& f) {
+// A count or a fraction (trainer.limit_*_batches; averaging.start_epoch
+// counts epochs).
+SchemaValue batch_limit_value(const KeySchema& k, const Field& f) {
   BatchLimit limit;
   if (const auto* i = f.node.as_integer()) {
     if (i->get() < 0) {
-      f.fail(f.name() + " must be a number of batches (an integer >= 0) or a fraction (a float in [0.0, 1.0]), not " +
+      f.fail(f.name() + " must be " + k.counts + " (an integer >= 0) or a fraction (a float in [0.0, 1.0]), not " +
              std::to_string(i->get()));
     }
     limit.is_fraction = false;
@@ -226,10 +227,10 @@ SchemaValue batch_limit_value(const Field& f) {
   if (const auto* d = f.node.as_floating_point()) {
     const double v = d->get();
     if (!(v >= 0.0 && v <= 1.0)) {
-      std::string message = f.name() + " must be a fraction in [0.0, 1.0] (a float) or a number of batches (an integer), not " +
-                            format_double(v);
+      std::string message =
+          f.name() + " must be a fraction in [0.0, 1.0] (a float) or " + k.counts + " (an integer), not " + format_double(v);
       if (std::isfinite(v) && v > 1.0 && v == std::floor(v) && v < 1e15) {
-        message += " (write " + std::to_string(static_cast<long long>(v)) + " for a number of batches)";
+        message += " (write " + std::to_string(static_cast<long long>(v)) + " for " + k.counts + ")";
       }
       f.fail(message);
     }
@@ -237,7 +238,7 @@ SchemaValue batch_limit_value(const Field& f) {
     limit.fraction = v;
     return limit;
   }
-  f.wrong_type("an integer (a number of batches) or a float in [0.0, 1.0] (a fraction)", toml::node_type::integer);
+  f.wrong_type("an integer (" + k.counts + ") or a float in [0.0, 1.0] (a fraction)", toml::node_type::integer);
 }
 
 // "auto" = -1 (trainer.data_workers).
@@ -319,7 +320,7 @@ SchemaValue checked_value(const KeySchema& k, const Field& f) {
     case ValueKind::string:
     case ValueKind::path: return string_value(k, f);
     case ValueKind::choice: return choice_value(k, f);
-    case ValueKind::batch_limit: return batch_limit_value(f);
+    case ValueKind::batch_limit: return batch_limit_value(k, f);
     case ValueKind::flag_or_count: return flag_or_count_value(f);
     case ValueKind::count_or_auto: return count_or_auto_value(k, f);
     case ValueKind::betas: return betas_value(f);

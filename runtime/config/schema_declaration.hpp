@@ -176,6 +176,8 @@ class TableDeclaration {
     return *this;
   }
   TableDeclaration& allowed(std::string text) { return last().allowed_text = std::move(text), *this; }
+  // A count-or-fraction key whose integer is not a number of batches.
+  TableDeclaration& counts(std::string what) { return last().counts = std::move(what), *this; }
   TableDeclaration& default_text(std::string text) { return last().default_text = std::move(text), *this; }
   TableDeclaration& required() { return last().required = true, last().default_text = "required", *this; }
   // Makes the table an array of tables whose entries `add_entry` opens.

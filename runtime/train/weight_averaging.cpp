@@ -58,6 +58,15 @@ void WeightAveraging::after_epoch(int64_t epoch) {
   for (size_t i = 0; i < live_.size(); ++i) state_.tensors[i].second.lerp_(live_[i], weight);
 }
 
+std::string WeightAveraging::never_updated(int64_t last_epoch, int64_t global_step) const {
+  if (state_.count > 0) return "";
+  if (config_.kind == AveragingKind::swa)
+    return fmt::format("SWA averaged no epoch's end (it starts at epoch {}, the fit ended in epoch {})", swa_start_,
+                       last_epoch);
+  return fmt::format("the EMA was never updated (it starts after step {}, the fit ended at step {})",
+                     config_.start_step, global_step);
+}
+
 bool WeightAveraging::ready() const { return config_.kind == AveragingKind::ema || state_.count > 0; }
 
 void WeightAveraging::swap_in() {

@@ -54,6 +54,11 @@ class WeightAveraging {
   bool ready() const;
   // SWA: the first epoch whose end is averaged (0-based).
   int64_t swa_start() const { return swa_start_; }
+  // Why the average holds no update when the fit ended in epoch `last_epoch`
+  // at `global_step` (an SWA before its first epoch's end, an EMA before
+  // its start step); "" once it holds one. The model then keeps its trained
+  // weights, and the run says so rather than let them pass for averaged.
+  std::string never_updated(int64_t last_epoch, int64_t global_step) const;
   // The average in the model's tensors for the guard's life (validation,
   // test, predict); the trained weights come back after.
   class InModel {

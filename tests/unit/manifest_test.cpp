@@ -656,6 +656,10 @@ INSTANTIATE_TEST_SUITE_P(
         RangeCase{"[trainer]\nlimit_train_batches = -1", "trainer.limit_train_batches must be a number of batches"},
         RangeCase{"[trainer]\nlimit_val_batches = 1.5", "trainer.limit_val_batches must be a fraction in [0.0, 1.0]"},
         RangeCase{"[trainer]\nlimit_test_batches = 3.0", "trainer.limit_test_batches must be a fraction in [0.0, 1.0] (a float) or a number of batches (an integer), not 3.0 (write 3 for a number of batches)"},
+        // averaging.start_epoch reads like a batch limit but counts epochs.
+        RangeCase{"[averaging]\nkind = \"swa\"\nstart_epoch = 2.0", "averaging.start_epoch must be a fraction in [0.0, 1.0] (a float) or an epoch number (an integer), not 2.0 (write 2 for an epoch number)"},
+        RangeCase{"[averaging]\nkind = \"swa\"\nstart_epoch = -1", "averaging.start_epoch must be an epoch number (an integer >= 0)"},
+        RangeCase{"[averaging]\nkind = \"swa\"\nstart_epoch = \"last\"", "averaging.start_epoch must be an integer (an epoch number) or a float"},
         RangeCase{"[trainer]\nlimit_predict_batches = \"all\"",
                   "trainer.limit_predict_batches must be an integer (a number of batches) or a float"},
         RangeCase{"[trainer]\nfast_dev_run = -1", "trainer.fast_dev_run must be >= 0, not -1"},

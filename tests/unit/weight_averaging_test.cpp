@@ -95,6 +95,27 @@ TEST(WeightAveraging, SwaBeforeItsStartLeavesEvaluationsTheWeights) {
   }
   swa.copy_into_model();
   EXPECT_EQ(tiny.params[0].second[0].item<double>(), 5.0);
+  EXPECT_EQ(swa.never_updated(0, 10),
+            "SWA averaged no epoch's end (it starts at epoch 2, the fit ended in epoch 0)");
+}
+
+// An EMA whose start step the fit never passed holds the weights, not an
+// average: the fit's end says so (as for SWA), and says nothing once it
+// has been updated.
+TEST(WeightAveraging, AnEmaBeforeItsStartStepSaysItWasNeverUpdated) {
+  AveragingConfig config;
+  config.kind = AveragingKind::ema;
+  config.decay = 0.5;
+  config.start_step = 3;
+  Tiny tiny;
+  WeightAveraging ema(config, 4, tiny.params, tiny.buffers);
+  for (int64_t step = 1; step <= 3; ++step) {
+    tiny.set(static_cast<double>(step));
+    ema.after_step(step);
+  }
+  EXPECT_EQ(ema.never_updated(0, 3), "the EMA was never updated (it starts after step 3, the fit ended at step 3)");
+  ema.after_step(4);
+  EXPECT_EQ(ema.never_updated(0, 4), "");
 }
 
 }  // namespace

@@ -60,12 +60,11 @@ void FitLoop::run(const TrainPosition& start) {
   // ends (what a test after fit and the plugins' teardown see); the
   // checkpoints keep both.
   if (optimization_.averaging) {
-    // A fit that ended before SWA's first epoch end has no average: say so,
+    // A fit that ended before the average's first update has none: say so,
     // rather than let the trained weights pass for averaged ones.
-    if (!optimization_.averaging->ready() && c.rank == 0)
-      spdlog::warn("averaging: SWA averaged no epoch's end (it starts at epoch {}, the fit ended in epoch {}): the "
-                   "model keeps its trained weights",
-                   optimization_.averaging->swa_start(), epoch - 1);
+    if (const std::string why = optimization_.averaging->never_updated(epoch - 1, c.global_step);
+        !why.empty() && c.rank == 0)
+      spdlog::warn("averaging: {}: the model keeps its trained weights", why);
     optimization_.averaging->copy_into_model();
   }
   // What bench/async_ckpt.sh reads: the loop's time, checkpoints included.
