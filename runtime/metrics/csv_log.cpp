@@ -1,8 +1,10 @@
 #include "metrics/csv_log.hpp"
 
 #include "util/durable_file.hpp"
+#include "util/shortest_double.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -11,6 +13,16 @@
 namespace kiln {
 
 CsvLog::CsvLog(std::filesystem::path file) : file_(std::move(file)) {}
+
+// The shortest text that reads back as the same double (what Lightning's
+// CSVLogger writes: Python's repr), so a cell is the value and not a rounding
+// of it; NaN and infinities as Python writes them (nan, inf, -inf: what
+// pandas and float() read), whatever NaN's sign bit.
+std::string csv_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return shortest_double(v);
+}
 
 void CsvLog::add_columns(const std::map<std::string, double>& row) {
   for (const auto& [name, _] : row)
@@ -38,9 +50,12 @@ std::string CsvLog::text() const {
       if (i) out << ",";
       auto it = row.find(columns_[i]);
       if (it == row.end()) continue;
-      const bool integral = columns_[i] == "epoch" || columns_[i] == "step";
-      std::snprintf(buffer, sizeof buffer, integral ? "%.0f" : "%.9g", it->second);
-      out << buffer;
+      if (columns_[i] == "epoch" || columns_[i] == "step") {
+        std::snprintf(buffer, sizeof buffer, "%.0f", it->second);
+        out << buffer;
+      } else {
+        out << csv_number(it->second);
+      }
     }
     out << "\n";
   }

@@ -12,6 +12,9 @@
 
 namespace kiln {
 
+// A metric's cell (epoch and step are written as integers).
+std::string csv_number(double value);
+
 class CsvLog {
  public:
   explicit CsvLog(std::filesystem::path file);

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "metrics/crc32c.hpp"
+#include "metrics/csv_log.hpp"
 #include "metrics/jsonl_logger.hpp"
 #include "metrics/loggers.hpp"
 #include "metrics/protobuf_writer.hpp"
@@ -103,6 +104,29 @@ TEST(Jsonl, EscapesNamesAndWritesNonFiniteValuesAsNull) {
   LogRow row{LogRow::Kind::step, 2, 150, {{"train/loss_step", 0.5}, {"weird\"name", std::nan("")}}};
   EXPECT_EQ(json_line(row),
             "{\"kind\":\"step\",\"epoch\":2,\"step\":150,\"train/loss_step\":0.5,\"weird\\\"name\":null}");
+}
+
+// A metrics.csv cell is the value itself, as Lightning's CSVLogger writes it
+// (Python's repr), not nine digits of it; non-finite values as Python and
+// pandas spell them.
+TEST(Csv, CellsReadBackAsTheSameDoubleAndNonFiniteValuesAsPythonWritesThem) {
+  for (const double v : {0.1, 1.0 / 3.0, 0.1 + 1e-12, 0.10000000149011612 /* 0.1f */, 1e30, -2.5e-10, 12345.678901234567})
+    EXPECT_EQ(std::strtod(csv_number(v).c_str(), nullptr), v) << csv_number(v);
+  EXPECT_EQ(csv_number(0.100000000001), "0.100000000001");  // "%.9g" wrote 0.1
+  EXPECT_EQ(csv_number(0.25), "0.25");
+  EXPECT_EQ(csv_number(std::nan("")), "nan");
+  EXPECT_EQ(csv_number(-std::nan("")), "nan");
+  EXPECT_EQ(csv_number(std::numeric_limits<double>::infinity()), "inf");
+  EXPECT_EQ(csv_number(-std::numeric_limits<double>::infinity()), "-inf");
+
+  test::TempDir dir;
+  CsvLog log(dir.path() / "metrics.csv");
+  log.append({{"epoch", 0}, {"step", 4}, {"val/auroc", 1.0 / 3.0}, {"train/loss", -std::nan("")}});
+  const std::string text = read(dir.path() / "metrics.csv");
+  EXPECT_EQ(text, "epoch,step,train/loss,val/auroc\n0,4,nan,0.3333333333333333\n");
+  CsvLog resumed(dir.path() / "other.csv");
+  resumed.restore(text);
+  EXPECT_EQ(resumed.text(), text) << "a resumed run's file keeps the same cells";
 }
 
 TEST(AppendFile, AFreshFileStartsEmptyAndAResumedOneIsCutBackToTheCheckpointsLength) {
