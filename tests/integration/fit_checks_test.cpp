@@ -78,8 +78,12 @@ TEST(SanityCheck, AValidationStepBugShowsBeforeAnyTrainingStepAndCleansUp) {
 // passed, does not go on to train either; the run names rank 1's failure.
 TEST(SanityCheck, ABugOnOneRankStopsEveryRankBeforeAnyTrainingStep) {
   TempDir dir;
-  const auto m = recorder_manifest(dir, "fail_at = [\"validation_step\"]\nfail_on_rank = 1", "", "",
-                                   std::string(kSmallFit) + "\n[distributed]\nprocesses = 2\n");
+  // Rank 1 fails only once rank 0's two checked batches are in the log:
+  // otherwise rank 1's failure could stop rank 0 before its own check ran.
+  const auto m = recorder_manifest(dir,
+                                   "fail_at = [\"validation_step\"]\nfail_on_rank = 1\n"
+                                   "val_wait_for = \"model@0:validation_step\"\nval_wait_times = 2\nval_wait_on_rank = 1",
+                                   "", "", std::string(kSmallFit) + "\n[distributed]\nprocesses = 2\n");
   const ProcessResult r = kiln_fit(m, {}, std::chrono::seconds(180));
   ASSERT_FALSE(r.timed_out) << r.output;
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -57,12 +57,23 @@ class Recorder {
     if (data) record("host says rank " + std::to_string(host.rank()) + " of " + std::to_string(host.world_size()));
   }
   int64_t rank() const { return rank_; }
-  // Whether the shared log already holds `line` (whole line).
-  bool logged(const std::string& line) const {
+  // How many times the shared log holds `line` (whole line).
+  int64_t logged(const std::string& line) const {
     std::ifstream in(log_);
-    for (std::string l; std::getline(in, l);)
-      if (l == line) return true;
-    return false;
+    int64_t times = 0;
+    for (std::string l; std::getline(in, l);) times += l == line;
+    return times;
+  }
+  // Sequencing across threads and processes without timing: waits until
+  // the log holds `line` `times` times. A test's own process bound ends a
+  // wait that never ends; this one gives up only after ten minutes, with
+  // the reason, rather than go on as if the line had come.
+  void wait_until_logged(const std::string& line, int64_t times) const {
+    for (int i = 0; i < 6000; ++i) {
+      if (logged(line) >= times) return;
+      ::usleep(100'000);
+    }
+    throw std::runtime_error("test recorder: waited 10 min for '" + line + "' in " + log_);
   }
 
   // Records the call, then fails if asked to.
@@ -134,7 +145,9 @@ class Recording : public Base {
 // tensor_metrics (log the same values as tensors and as doubles, with each
 // reduction: "val/tensor_<r>" and "val/double_<r>"); nan_from_step (training_step
 // calls from this one on, 0-based, return a NaN loss; nan_on_rank: only there); wait_for (training_step first waits until the log holds this line;
-// "{rank}" in it becomes this rank); step_ms (each training_step sleeps this
+// "{rank}" in it becomes this rank); val_wait_for and val_wait_times
+// (validation_step first waits until the log holds that line that many
+// times; val_wait_on_rank: only there); step_ms (each training_step sleeps this
 // long: a run slow enough for a test to act on); classes (the outputs on
 // even ranks, 2 by default); dump_inputs (each training_step appends its
 // batch's "input" as raw float32 bytes, then its "target" as int64, to
@@ -152,6 +165,9 @@ class RecorderModel : public Recording<kiln::Model> {
         max_reduce_on_rank_(config.get<int64_t>("max_reduce_on_rank", -1)),
         tensor_metrics_(config.get<bool>("tensor_metrics", false)),
         wait_for_(config.get<std::string>("wait_for", "")),
+        val_wait_for_(config.get<std::string>("val_wait_for", "")),
+        val_wait_times_(config.get<int64_t>("val_wait_times", 1)),
+        val_wait_on_rank_(config.get<int64_t>("val_wait_on_rank", -1)),
         step_ms_(config.get<int64_t>("step_ms", 0)),
         nan_from_step_(config.get<int64_t>("nan_from_step", -1)),
         nan_on_rank_(config.get<int64_t>("nan_on_rank", -1)),
@@ -183,10 +199,9 @@ class RecorderModel : public Recording<kiln::Model> {
     return *net_;
   }
   at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
-    // Sequencing across threads without timing: wait (up to 60 s) until the
-    // log shows a line another thread writes, e.g. "data:get_batch stalls".
-    if (!wait_for_.empty())
-      for (int i = 0; i < 600 && !recorder_.logged(wait_for_); ++i) ::usleep(100'000);
+    // Waits until the log shows a line another thread writes, e.g.
+    // "data:get_batch stalls".
+    if (!wait_for_.empty()) recorder_.wait_until_logged(wait_for_, 1);
     recorder_.hook("training_step");
     // A slower step, so that a test can act while a run is in its loop.
     if (step_ms_ > 0) ::usleep(static_cast<useconds_t>(step_ms_ * 1000));
@@ -207,6 +222,8 @@ class RecorderModel : public Recording<kiln::Model> {
     return loss;
   }
   void validation_step(const kiln::Batch& batch, int64_t b) override {
+    if (!val_wait_for_.empty() && (val_wait_on_rank_ < 0 || val_wait_on_rank_ == host().rank()))
+      recorder_.wait_until_logged(val_wait_for_, val_wait_times_);
     recorder_.hook("validation_step");
     const at::Tensor target = batch["target"];
     host().log_metric("val/loss", torch::nn::functional::cross_entropy(net_->forward(batch["input"]), target).item<double>(),
@@ -245,6 +262,9 @@ class RecorderModel : public Recording<kiln::Model> {
   std::string dump_params_;
   int64_t hang_on_rank_, hang_after_, max_reduce_on_rank_;
   std::string wait_for_;
+  std::string val_wait_for_;
+  int64_t val_wait_times_;
+  int64_t val_wait_on_rank_;
   int64_t step_ms_;
   int64_t nan_from_step_, nan_on_rank_;
   std::string dump_inputs_;

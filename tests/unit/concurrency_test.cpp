@@ -76,12 +76,18 @@ int rank_from_env() {
     std::_Exit(0);
   }
   if (mode == "hang_on_rank1") {
+    const char* marker = std::getenv("KILN_TEST_MARKER");
     if (rank == 1) {
       ::signal(SIGTERM, SIG_IGN);  // stuck for good: only SIGKILL ends it
       heartbeat.activity()->enter("training_step");
+      if (marker) ::close(::open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
       for (;;) std::this_thread::sleep_for(1s);
     }
-    std::this_thread::sleep_for(3s);  // rank 0's collective "times out"
+    // Rank 0's collective "times out" once rank 1 is in its hook (however
+    // late its start), and long enough after for rank 1's heartbeat to have
+    // reported it busy there (from 2 s in the hook on, one beat a second).
+    for (int i = 0; i < 1200 && marker && ::access(marker, F_OK) != 0; ++i) std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(5s);
     heartbeat.report_failure(false, "all-reduce failed (another rank failed or stopped responding)");
     std::_Exit(1);
   }
@@ -105,10 +111,16 @@ kiln::SupervisorOptions worker_options() {
 
 kiln::SupervisorResult supervise_workers(const std::string& mode) {
   ::setenv("KILN_TEST_WORKER_MODE", mode.c_str(), 1);
+  // A file one worker creates for another to wait on (sequencing, not time).
+  const std::string marker = "/tmp/kiln-test-marker-" + std::to_string(::getpid());
+  ::unlink(marker.c_str());
+  ::setenv("KILN_TEST_MARKER", marker.c_str(), 1);
   kiln::SupervisorOptions options = worker_options();
   const std::atomic<int> no_signal{0};
   auto result = kiln::supervise(options, &no_signal);
   ::unsetenv("KILN_TEST_WORKER_MODE");
+  ::unsetenv("KILN_TEST_MARKER");
+  ::unlink(marker.c_str());
   return result;
 }
 
