@@ -53,9 +53,10 @@ namespace {
 // nullopt when `dir` holds no valid checkpoint. `refused` names the last
 // file that failed its checksum, if any.
 std::optional<CheckpointInfo> choose_checkpoint(const std::string& spec, const std::filesystem::path& dir,
-                                                const RetentionPolicy& policy, std::string& refused) {
+                                                const RetentionPolicy& policy, std::string& refused,
+                                                const std::string& option = "--resume") {
   std::vector<CheckpointInfo> candidates = scan_checkpoints(
-      dir, [&](const CheckpointError& e) { spdlog::warn("--resume {}: skipping {}", spec, e.what()); });
+      dir, [&](const CheckpointError& e) { spdlog::warn("{} {}: skipping {}", option, spec, e.what()); });
   // The listing did not read the tensor data. The choice is verified whole;
   // one that fails is dropped and the choice made again, which picks the same
   // file a listing that verified every checksum would have picked.
@@ -63,7 +64,7 @@ std::optional<CheckpointInfo> choose_checkpoint(const std::string& spec, const s
     const auto chosen = spec == "best" ? pick_best(candidates, policy) : pick_last(candidates);
     if (!chosen) return std::nullopt;
     if (auto problem = CheckpointFile::check(chosen->path)) {
-      spdlog::warn("--resume {}: skipping {}", spec, *problem);
+      spdlog::warn("{} {}: skipping {}", option, spec, *problem);
       refused = *problem;
       candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
                                       [&](const CheckpointInfo& c) { return c.path == chosen->path; }),
@@ -71,7 +72,7 @@ std::optional<CheckpointInfo> choose_checkpoint(const std::string& spec, const s
       continue;
     }
     if (spec != "best" && !chosen->is_last)
-      spdlog::warn("--resume {}: last.ckpt is missing or invalid; using {}", spec, chosen->path.string());
+      spdlog::warn("{} {}: last.ckpt is missing or invalid; using {}", option, spec, chosen->path.string());
     return *chosen;
   }
 }
@@ -79,15 +80,15 @@ std::optional<CheckpointInfo> choose_checkpoint(const std::string& spec, const s
 }  // namespace
 
 std::filesystem::path resolve_resume(const std::string& spec, const std::filesystem::path& dir,
-                                     const RetentionPolicy& policy) {
+                                     const RetentionPolicy& policy, const std::string& option) {
   if (spec != "last" && spec != "best") {
-    if (auto problem = CheckpointFile::check(spec)) throw InputError("--resume: " + *problem);
+    if (auto problem = CheckpointFile::check(spec)) throw InputError(option + ": " + *problem);
     return spec;
   }
   std::string refused;
-  const auto chosen = choose_checkpoint(spec, dir, policy, refused);
+  const auto chosen = choose_checkpoint(spec, dir, policy, refused, option);
   if (!chosen)
-    throw InputError("--resume " + spec + ": no valid checkpoint in " + dir.string() +
+    throw InputError(option + " " + spec + ": no valid checkpoint in " + dir.string() +
                      (refused.empty() ? "" : " (the last one tried: " + refused + ")"));
   return chosen->path;
 }

@@ -34,9 +34,10 @@ std::vector<CheckpointInfo> ranked_only(std::vector<CheckpointInfo> all);
 // "last" and "best" search `dir`, skipping (with a warning) files that fail
 // validation, and verify the whole of only the file they choose (then the
 // next choice, if that one fails); an explicit path that fails validation is
-// an InputError naming the problem.
+// an InputError naming the problem. `option` is the flag that named it, as
+// messages say it (fit's --resume, an evaluation's --ckpt).
 std::filesystem::path resolve_resume(const std::string& spec, const std::filesystem::path& dir,
-                                     const RetentionPolicy& policy);
+                                     const RetentionPolicy& policy, const std::string& option = "--resume");
 
 // `--resume auto`, and what a restart resumes from: the checkpoint `last`
 // resolves to when `dir` holds a valid one (checksum verified), nullopt when

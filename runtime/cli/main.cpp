@@ -126,8 +126,15 @@ int inspect(const std::string& target, const std::vector<std::string>& overrides
     for (const std::string& line : kiln::inspect_data(plugins.data, m.data.config_toml)) std::cout << "  " << line << "\n";
     return kiln::kExitOk;
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw kiln::InputError(target + " is a directory: inspect takes a manifest (.toml), a plugin shared object or a "
+                                    "checkpoint (.ckpt)");
+  // Loaded before anything is printed: a target that is none of the three
+  // gets the one error line only.
+  const auto reports = loader.inspect(path);
   std::cout << "plugin library " << std::filesystem::absolute(path).string() << "\n";
-  for (const auto& report : loader.inspect(path)) {
+  for (const auto& report : reports) {
     std::cout << "\n";
     print_report(report, "");
   }
@@ -152,8 +159,9 @@ std::optional<std::filesystem::path> resume_checkpoint(const std::string& resume
       spdlog::info("--resume auto: no checkpoint in {}; a fresh start", manifest.checkpoint.dir.string());
     return newest ? std::optional(newest->path) : std::nullopt;
   }
-  std::filesystem::path file = kiln::resolve_resume(resume, manifest.checkpoint.dir, policy);
-  spdlog::debug("start-up: --resume {} resolved to {} at {:.2f} s", resume, file.string(), kiln::seconds_since_start());
+  const std::string option = command == kiln::Command::fit ? "--resume" : "--ckpt";
+  std::filesystem::path file = kiln::resolve_resume(resume, manifest.checkpoint.dir, policy, option);
+  spdlog::debug("start-up: {} {} resolved to {} at {:.2f} s", option, resume, file.string(), kiln::seconds_since_start());
   return file;
 }
 
@@ -368,9 +376,19 @@ struct CommandLine {
     export_cmd->add_option("checkpoint", export_checkpoint, "the checkpoint (.ckpt)")->required();
     export_cmd
         ->add_option("--format", export_request.format, "safetensors (default) or pt")
-        ->transform(CLI::CheckedTransformer(
-            std::map<std::string, kiln::ExportFormat>{{"safetensors", kiln::ExportFormat::safetensors},
-                                                      {"pt", kiln::ExportFormat::pt}}));
+        // One validating transform (CLI11 runs transforms before checks, so
+        // a check beside CheckedTransformer never sees a bad value): the
+        // name to the enum's number, or the line a person reads.
+        ->transform(CLI::Validator(
+            [](std::string& v) -> std::string {
+              if (v == "safetensors" || v == "pt") {
+                const auto format = v == "pt" ? kiln::ExportFormat::pt : kiln::ExportFormat::safetensors;
+                v = std::to_string(static_cast<int>(format));
+                return "";
+              }
+              return "must be 'safetensors' or 'pt', not '" + v + "'";
+            },
+            "safetensors|pt"));
     export_cmd->add_option("-o,--output", export_output,
                            "the file to write (default: the checkpoint's name with .safetensors or .pt, beside it)");
     export_cmd->add_flag("--force", export_request.overwrite, "replace the output file if it exists");

@@ -215,7 +215,9 @@ std::vector<BadInput> catalogue() {
       {"cli_zero_processes", [](Case& c) { c.args = fit(c, {"-n", "0"}); c.names = "--processes"; }},
       {"cli_missing_manifest", [](Case& c) { c.args = {"fit", (c.dir / "nope.toml").string()}; c.names = "nope.toml"; }},
       {"cli_unknown_command", [](Case& c) { c.args = {"frobnicate", c.manifest.string()}; c.names = "frobnicate"; }},
-      {"cli_resume_missing_file", [](Case& c) { c.args = fit(c, {"--resume", (c.dir / "ckpt" / "nope.ckpt").string()}); c.names = "nope.ckpt"; }},
+      {"cli_resume_missing_file", [](Case& c) { c.args = fit(c, {"--resume", (c.dir / "ckpt" / "nope.ckpt").string()}); c.names = "--resume: " + (c.dir / "ckpt" / "nope.ckpt").string(); }},
+      // An evaluation's checkpoint is named by the flag the user gave it.
+      {"cli_ckpt_missing_file", [](Case& c) { c.args = {"validate", c.manifest.string(), "--ckpt", (c.dir / "ckpt" / "nope.ckpt").string()}; c.names = "--ckpt: " + (c.dir / "ckpt" / "nope.ckpt").string(); }},
       {"cli_resume_best_without_monitor_checkpoints", [](Case& c) { std::filesystem::remove(c.good); c.args = fit(c, {"--resume", "best"}); c.names = "best"; }},
       // --- checkpoints ----------------------------------------------------------
       {"ckpt_empty", [](Case& c) { resume_damaged(c, [](std::string& b) { b.clear(); }); }},
@@ -249,7 +251,7 @@ std::vector<BadInput> catalogue() {
          c.args = {"export", (c.dir / "ckpt" / "cut.ckpt").string()};
          c.names = "cut.ckpt";
        }},
-      {"export_unknown_format", [](Case& c) { c.args = {"export", c.good.string(), "--format", "onnx"}; c.names = "onnx"; }},
+      {"export_unknown_format", [](Case& c) { c.args = {"export", c.good.string(), "--format", "onnx"}; c.names = "--format: must be 'safetensors' or 'pt', not 'onnx'"; }},
       {"export_output_exists", [](Case& c) {
          write_file(c.dir / "ckpt" / "good.safetensors", "an earlier export");
          c.args = {"export", c.good.string()};
@@ -298,6 +300,7 @@ std::vector<BadInput> catalogue() {
          truncated_plugin(c, 65536);
          c.args = {"inspect", (c.dir / "libkiln_mlp_cut.so").string()};
        }},
+      {"inspect_a_directory", [](Case& c) { c.args = {"inspect", (c.dir / "ckpt").string()}; c.names = "ckpt is a directory: inspect takes a manifest (.toml)"; }},
       {"plugin_of_the_wrong_kind", [](Case& c) { rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"kiln_synthetic\""); c.args = fit(c); c.names = "kiln_synthetic"; }},
       // --- data files --------------------------------------------------------------
       {"data_idx_bad_magic", [](Case& c) {
