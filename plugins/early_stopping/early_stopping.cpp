@@ -10,7 +10,9 @@
 // check_on = "validation_end"   # or "train_epoch_end", e.g. to monitor "train/loss"
 //
 // The best value and the count of checks without improvement are saved in
-// checkpoints, so a resumed run keeps its patience where it was.
+// checkpoints, so a resumed run keeps its patience where it was. A metric
+// never recorded is warned about once; a fit that ran epochs but never
+// validated (nothing to check) is warned about at its end.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -69,7 +71,19 @@ class EarlyStopping final : public kiln::Callback {
     if (check_on_ == CheckOn::validation_end) check(progress);
   }
   void on_train_epoch_end(const kiln_progress& progress) override {
+    if (progress.stage == KILN_STAGE_FIT) ++epochs_ended_;
     if (check_on_ == CheckOn::train_epoch_end) check(progress);
+  }
+  // A fit that trained whole epochs but never validated never gave early
+  // stopping a value to check (no validation split, or validation that
+  // never came round): say so rather than let it pass for "no stop needed",
+  // as Lightning's EarlyStopping refuses a metric it never saw.
+  void on_fit_end(const kiln_progress&) override {
+    if (epochs_ended_ > 0 && checks_ == 0)
+      host().warn("early stopping never checked '" + monitor_ + "': the fit ran " + std::to_string(epochs_ended_) +
+                  (epochs_ended_ == 1 ? " epoch" : " epochs") +
+                  " and no validation (the data module has no validation split, or trainer.check_val_every_n_epoch "
+                  "is above the epochs run); check_on = \"train_epoch_end\" checks a training metric");
   }
 
   void state_save(kiln::StateWriter& writer) override {
@@ -95,6 +109,7 @@ class EarlyStopping final : public kiln::Callback {
   void check(const kiln_progress& progress) {
     // Only fit can be stopped; a validate run's hooks fire too.
     if (progress.stage != KILN_STAGE_FIT) return;
+    ++checks_;
     const std::optional<double> value = host().metric(monitor_);
     if (!value) {
       if (!warned_missing_)
@@ -148,6 +163,8 @@ class EarlyStopping final : public kiln::Callback {
   std::optional<double> best_;
   int64_t bad_checks_ = 0;
   bool warned_missing_ = false;
+  int64_t epochs_ended_ = 0;  // this fit's training epochs (stage fit)
+  int64_t checks_ = 0;        // this fit's checks, with or without a value
 };
 
 }  // namespace

@@ -189,7 +189,19 @@ TEST(Training, EarlyStoppingCallbackStopsTheRun) {
                                          "trainer.max_epochs=10"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("early stopping"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("never checked"), std::string::npos) << r.output;
   EXPECT_EQ(read_metrics(dir / "run" / "metrics.csv").size(), 2u) << r.output;
+
+  // With no validation split it has nothing to check: the fit says so at
+  // its end instead of passing for a run that never needed to stop.
+  TempDir no_val;
+  const ProcessResult unchecked =
+      fit(synthetic_manifest(no_val, "\n[[callbacks]]\npath = \"kiln_early_stopping\"\nmonitor = \"val/loss\"\n"),
+          {"--set", "data.val_size=0", "--set", "trainer.max_epochs=2"});
+  ASSERT_EQ(unchecked.exit_code, 0) << unchecked.output;
+  EXPECT_NE(unchecked.output.find("early stopping never checked 'val/loss': the fit ran 2 epochs and no validation"),
+            std::string::npos)
+      << unchecked.output;
 }
 
 TEST(Training, ValidateTestAndPredictCommands) {
