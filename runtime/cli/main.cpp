@@ -315,6 +315,8 @@ struct CommandLine {
                                           std::to_string(KILN_ABI_VERSION_MINOR) + ", LibTorch " +
                                           kiln::host_torch_version() + ")");
     app.require_subcommand(1);
+    // --log-level after the command too (kiln fit run.toml --log-level debug).
+    app.fallthrough();
     app.add_option("--log-level", log_level, "debug, info, warn or error")
         ->check(CLI::IsMember(kiln::option_names<kiln::LogLevel>()));
     add_run_commands();
@@ -397,6 +399,25 @@ struct CommandLine {
   }
 };
 
+// An option another command or the whole program takes, given in the wrong
+// place: what the user meant, rather than CLI11's "not expected".
+std::string misplaced_option(int argc, char** argv) {
+  if (argc < 2) return "";
+  const std::string command = argv[1];
+  const bool evaluation = command == "validate" || command == "test" || command == "predict";
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::string option = arg.substr(0, arg.find('='));
+    if (evaluation && option == "--resume")
+      return "kiln " + command + " takes the checkpoint to evaluate as --ckpt (a file, `last` or `best`); --resume is "
+                                 "fit's";
+    if (command == "fit" && (option == "--ckpt" || option == "--ckpt_path" || option == "--ckpt-path"))
+      return "kiln fit continues from a checkpoint with --resume (a file, `last`, `best` or `auto`); " + option +
+             " is not fit's";
+  }
+  return "";
+}
+
 // A command line CLI11 refused (or --help, --version): kiln's one line.
 int command_line_error(const CLI::ParseError& e, CommandLine& cli, int argc, char** argv) {
   if (e.get_exit_code() == 0) return cli.app.exit(e);  // --help, --version
@@ -404,6 +425,8 @@ int command_line_error(const CLI::ParseError& e, CommandLine& cli, int argc, cha
   std::string what = kiln::one_line(e.what());
   if (argc > 1 && argv[1][0] != '-' && cli.app.get_subcommands().empty())
     what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, export, manifest-reference)";
+  else if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ExtrasError))
+    if (const std::string hint = misplaced_option(argc, argv); !hint.empty()) what = hint;
   std::cerr << "kiln: error: " << what << " (see kiln --help)" << std::endl;
   return kiln::kExitBadInput;
 }

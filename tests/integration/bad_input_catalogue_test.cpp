@@ -216,6 +216,9 @@ std::vector<BadInput> catalogue() {
       {"cli_missing_manifest", [](Case& c) { c.args = {"fit", (c.dir / "nope.toml").string()}; c.names = "nope.toml"; }},
       {"cli_unknown_command", [](Case& c) { c.args = {"frobnicate", c.manifest.string()}; c.names = "frobnicate"; }},
       {"cli_resume_missing_file", [](Case& c) { c.args = fit(c, {"--resume", (c.dir / "ckpt" / "nope.ckpt").string()}); c.names = "--resume: " + (c.dir / "ckpt" / "nope.ckpt").string(); }},
+      // Each command's checkpoint flag given to the other: what was meant.
+      {"cli_resume_given_to_validate", [](Case& c) { c.args = {"validate", c.manifest.string(), "--resume", "last"}; c.names = "kiln validate takes the checkpoint to evaluate as --ckpt"; }},
+      {"cli_ckpt_path_given_to_fit", [](Case& c) { c.args = fit(c, {"--ckpt_path", "last"}); c.names = "kiln fit continues from a checkpoint with --resume"; }},
       // An evaluation's checkpoint is named by the flag the user gave it.
       {"cli_ckpt_missing_file", [](Case& c) { c.args = {"validate", c.manifest.string(), "--ckpt", (c.dir / "ckpt" / "nope.ckpt").string()}; c.names = "--ckpt: " + (c.dir / "ckpt" / "nope.ckpt").string(); }},
       {"cli_resume_best_without_monitor_checkpoints", [](Case& c) { std::filesystem::remove(c.good); c.args = fit(c, {"--resume", "best"}); c.names = "best"; }},

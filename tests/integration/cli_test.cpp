@@ -32,6 +32,11 @@ TEST(Cli, TheCommandLinesLogLevelWinsOverTheManifests) {
   const ProcessResult debug = kiln({"--log-level", "debug", "fit", (dir / "run.toml").string()});
   ASSERT_EQ(debug.exit_code, 0) << debug.output;
   EXPECT_NE(debug.output.find("start-up: plugins set up"), std::string::npos) << debug.output;
+  // After the command too, where torchrun-style command lines put it.
+  const ProcessResult after = kiln({"fit", (dir / "run.toml").string(), "--log-level", "debug", "--set",
+                                    "run.dir=" + (dir / "after").string()});
+  ASSERT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_NE(after.output.find("start-up: plugins set up"), std::string::npos) << after.output;
   const ProcessResult info = kiln({"fit", (dir / "run.toml").string(), "--set", "run.dir=" + (dir / "again").string()});
   ASSERT_EQ(info.exit_code, 0) << info.output;
   EXPECT_EQ(info.output.find("start-up: plugins set up"), std::string::npos) << "the manifest's level without the flag";
