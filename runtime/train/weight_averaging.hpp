@@ -52,8 +52,6 @@ class WeightAveraging {
   // Whether the average differs from the weights yet (SWA before its first
   // epoch has none).
   bool ready() const;
-  // SWA: the first epoch whose end is averaged (0-based).
-  int64_t swa_start() const { return swa_start_; }
   // Why the average holds no update when the fit ended in epoch `last_epoch`
   // at `global_step` (an SWA before its first epoch's end, an EMA before
   // its start step); "" once it holds one. The model then keeps its trained
