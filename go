@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One entry point for a fresh Debian bookworm machine. Idempotent.
-#   ./go example   install what is missing, build, train the Fashion-MNIST MLP
+#   ./go example   install what is missing, build kiln and its shipped plugins, train the Fashion-MNIST MLP
 #   ./go test      install what is missing, build, run the whole test suite
 #   ./go build     install what is missing and build only
 #   ./go test --sanitize   the same suite (unit + integration) built with ASan+UBSan, in build-asan/
@@ -166,6 +166,9 @@ case "${1:-}" in
   example)
     install_missing
     [ "$TORCH" = wheel ] && install_torch_wheel
+    # Only what the example runs: the host and the shipped plugins (no tests,
+    # benchmarks or in-tree examples; ./go test and ./go build build those).
+    BUILD_TARGETS=(kiln kiln_shipped_plugins)
     build
     "$BUILD_DIR/bin/kiln" fit examples/fashion_mnist/mlp.toml
     ;;
