@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/run_state.hpp"
+#include "checkpoint_sections.hpp"
 #include "common.hpp"
 
 namespace kiln::test {
@@ -32,15 +33,6 @@ std::filesystem::path ckpt_manifest(const TempDir& dir, const std::string& check
 }
 
 std::filesystem::path ckpt_dir(const TempDir& dir) { return dir / "run" / "checkpoints"; }
-
-// The sections whose names start with `prefix`, by name.
-std::map<std::string, std::string> sections(const std::filesystem::path& file, const std::string& prefix) {
-  const CheckpointFile f = CheckpointFile::read(file);
-  std::map<std::string, std::string> out;
-  for (const auto& name : f.names())
-    if (name.rfind(prefix, 0) == 0) out[name] = std::string(f.section(name));
-  return out;
-}
 
 TEST(Checkpoint, ResumeFromAMidEpochStepIsBitwiseIdentical) {
   TempDir straight, interrupted;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint_file.hpp"
+#include "checkpoint_sections.hpp"
 #include "common.hpp"
 
 namespace kiln::test {
@@ -30,14 +31,6 @@ std::filesystem::path groups_manifest(const TempDir& dir, const std::string& opt
 }
 
 std::filesystem::path last_checkpoint(const TempDir& dir) { return dir / "run" / "checkpoints" / "last.ckpt"; }
-
-std::map<std::string, std::string> sections(const std::filesystem::path& file, const std::string& prefix) {
-  const CheckpointFile f = CheckpointFile::read(file);
-  std::map<std::string, std::string> out;
-  for (const auto& name : f.names())
-    if (name.rfind(prefix, 0) == 0) out[name] = std::string(f.section(name));
-  return out;
-}
 
 std::string section(const std::filesystem::path& file, const std::string& name) {
   return std::string(CheckpointFile::read(file).section(name));

@@ -13,6 +13,7 @@
 // Each line is appended with O_APPEND and closed at once, so a log survives
 // whatever happens to the process afterwards.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -313,13 +314,27 @@ class RecorderData : public Recording<kiln::DataModule> {
 // of that epoch on that rank only; the host must make every rank agree.
 // save_ms: its state_save (inside every checkpoint commit, on rank 0) takes
 // this long, logging "state_save starts" and "state_save ends": a slow commit.
+// The ways a fit is stopped from outside, each at a chosen optimizer step
+// (on_train_batch_end, every rank): signal_at_step and signal ("SIGTERM",
+// "SIGINT" or "SIGUSR1") and signal_to ("self", or "launcher": the parent,
+// kiln's supervisor under `kiln fit -n N`, which forwards it to every rank
+// as a terminal's Ctrl-C or a scheduler's signal reaches it); crash_at_step
+// and crash_marker: rank 0 dies of SIGKILL there, once (the marker file,
+// created first, says it did); batch_end_ms: each on_train_batch_end sleeps
+// this long (a run slow enough for max_time to end it inside an epoch).
 class RecorderCallback : public Recording<kiln::Callback> {
  public:
   RecorderCallback(const kiln::Host& host, kiln::Config& config)
       : Recording(host, config, "callback"),
         stop_after_epoch_(config.get<int64_t>("stop_after_epoch", -1)),
         stop_on_rank_(config.get<int64_t>("stop_on_rank", 0)),
-        save_ms_(config.get<int64_t>("save_ms", 0)) {}
+        save_ms_(config.get<int64_t>("save_ms", 0)),
+        signal_at_step_(config.get<int64_t>("signal_at_step", -1)),
+        signal_(signal_number(config.get<std::string>("signal", "SIGTERM"))),
+        signal_launcher_(config.get<std::string>("signal_to", "self") == "launcher"),
+        crash_at_step_(config.get<int64_t>("crash_at_step", -1)),
+        crash_marker_(config.get<std::string>("crash_marker", "")),
+        batch_end_ms_(config.get<int64_t>("batch_end_ms", 0)) {}
   void state_save(kiln::StateWriter&) override {
     if (save_ms_ <= 0) return;
     recorder_.record("state_save starts");
@@ -333,15 +348,42 @@ class RecorderCallback : public Recording<kiln::Callback> {
     recorder_.hook("on_train_epoch_end");
     if (p.epoch == stop_after_epoch_ && host().rank() == stop_on_rank_) host().request_stop("recorder asked to stop");
   }
-  void on_train_batch_end(const kiln_progress&) override { recorder_.hook("on_train_batch_end"); }
+  void on_train_batch_end(const kiln_progress& p) override {
+    recorder_.hook("on_train_batch_end");
+    if (batch_end_ms_ > 0) ::usleep(static_cast<useconds_t>(batch_end_ms_ * 1000));
+    // To the process, not the thread (raise): kiln's signal watcher waits
+    // for process-directed signals. The launcher's is sent by rank 0 alone.
+    if (p.global_step == signal_at_step_ && (!signal_launcher_ || host().rank() == 0))
+      ::kill(signal_launcher_ ? ::getppid() : ::getpid(), signal_);
+    if (p.global_step == crash_at_step_ && host().rank() == 0 && !crash_marker_.empty() &&
+        ::access(crash_marker_.c_str(), F_OK) != 0) {
+      const int fd = ::open(crash_marker_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0) ::close(fd);
+      recorder_.record("crashes");
+      ::kill(::getpid(), SIGKILL);
+    }
+  }
   void on_validation_start(const kiln_progress&) override { recorder_.hook("on_validation_start"); }
   void on_validation_end(const kiln_progress&) override { recorder_.hook("on_validation_end"); }
   void on_test_end(const kiln_progress&) override { recorder_.hook("on_test_end"); }
 
  private:
+  static int signal_number(const std::string& name) {
+    if (name == "SIGTERM") return SIGTERM;
+    if (name == "SIGINT") return SIGINT;
+    if (name == "SIGUSR1") return SIGUSR1;
+    throw kiln::ConfigError("'signal' must be SIGTERM, SIGINT or SIGUSR1, not '" + name + "'");
+  }
+
   int64_t stop_after_epoch_;
   int64_t stop_on_rank_;
   int64_t save_ms_;
+  int64_t signal_at_step_;
+  int signal_;
+  bool signal_launcher_;
+  int64_t crash_at_step_;
+  std::string crash_marker_;
+  int64_t batch_end_ms_;
 };
 
 }  // namespace

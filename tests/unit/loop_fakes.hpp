@@ -41,8 +41,10 @@ struct FakeModel final : StepModel {
     return split == KILN_SPLIT_VAL ? has_val : split == KILN_SPLIT_TEST ? has_test : true;
   }
   Collection* collect_into = nullptr;  // set: the step collects its outputs, as a plugin would
+  std::function<void(int64_t)> on_train;  // set: called in each training step, with its batch
   at::Tensor training_step(kiln_batch& batch, int64_t b) override {
     calls.push_back("train " + std::to_string(b));
+    if (on_train) on_train(b);
     const at::Tensor out = net->forward(batch.tensors[0].second);
     if (collect_into) {
       const std::string problem = collect_into->add("out", out);
@@ -195,6 +197,9 @@ struct FakeControl final : RunControl {
   int finishes = 0;  // finish_checkpoints() calls
   int votes = 0, others_stop_at_vote = -1, preempt_at_vote = -1, others_out_of_time_at_vote = -1;
   bool checkpoints_on = true;
+  // Called at each commit, before it is recorded: what a test checks the
+  // state at the commit with (e.g. that the epoch's metrics are unreduced).
+  std::function<void(const TrainPosition&)> on_save;
   void check_signal() override {}
   Votes vote(const Votes& mine) override {
     ++votes;
@@ -204,6 +209,7 @@ struct FakeControl final : RunControl {
   bool checkpointing() const override { return checkpoints_on; }
   void finish_checkpoints() override { ++finishes; }
   std::filesystem::path save_checkpoint(const TrainPosition& p) override {
+    if (on_save) on_save(p);
     checkpoints.push_back(p);
     return "fake.ckpt";
   }

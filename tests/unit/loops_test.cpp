@@ -50,6 +50,59 @@ TEST(FitLoopTest, MaxStepsEndsMidEpochWhereAResumedRunContinues) {
   EXPECT_EQ(text(more.control.checkpoints[0]), "2/0/6");
 }
 
+// A stop inside an epoch commits where it stopped before the epoch's end
+// runs: the epoch's metrics still unreduced in the checkpoint, the partial
+// row logged after it (a resumed run's loggers cut it away and log the
+// whole epoch's row), and no second commit at the fit's end.
+TEST(FitLoopTest, AStopInsideAnEpochCommitsBeforeTheEpochsMetricsAreReducedAndItsRowLogged) {
+  for (const bool requested : {false, true}) {
+    SCOPED_TRACE(requested ? "a callback's request" : "max_steps");
+    Fit fit(5, requested ? -1 : 4);
+    if (requested)
+      fit.events.also = [&](Event e, const kiln_progress& p) {
+        if (e == Event::train_batch_end && p.global_step == 4) fit.stop->request("kiln.early_stopping", "patience");
+      };
+    std::vector<std::string> pending_at_save;
+    std::vector<size_t> rows_at_save;
+    fit.control.on_save = [&](const TrainPosition&) {
+      pending_at_save.push_back(fit.metrics.store.export_pending());
+      rows_at_save.push_back(fit.control.rows.size());
+    };
+    EXPECT_EQ(text(fit.run()), "1/1/4");
+    ASSERT_EQ(fit.control.checkpoints.size(), 2u);
+    EXPECT_EQ(text(fit.control.checkpoints[1]), "1/1/4");
+    EXPECT_NE(pending_at_save[1].find("train/loss"), std::string::npos) << "the epoch's metrics were reduced first";
+    EXPECT_EQ(rows_at_save[1], 1u) << "epoch 0's row only: the partial row comes after the commit";
+    ASSERT_EQ(fit.control.rows.size(), 2u);
+    EXPECT_EQ(fit.control.rows[1].at("step"), 4);
+  }
+}
+
+// A stop takes effect after an optimizer step, never inside an
+// accumulation (its gradients are in no checkpoint).
+TEST(FitLoopTest, ARequestInsideAnAccumulationStopsAfterItsStep) {
+  Fit fit(5, -1);
+  fit.settings.training.accumulate_grad_batches = 2;  // 3 batches: steps after batch 1 and batch 2
+  fit.model.on_train = [&](int64_t b) {
+    if (b == 0) fit.stop->request("cb", "inside the accumulation");
+  };
+  EXPECT_EQ(text(fit.run()), "0/2/1");
+  std::vector<std::string> trained;
+  for (const auto& c : fit.model.calls)
+    if (c.rfind("train", 0) == 0) trained.push_back(c);
+  EXPECT_EQ(trained, (std::vector<std::string>{"train 0", "train 1"}));
+  EXPECT_EQ(fit.stop->reason(), StopReason::requested);
+}
+
+// A run resumed at its max_steps takes no step more.
+TEST(FitLoopTest, ARunResumedAtItsMaxStepsTakesNoStep) {
+  Fit fit(5, 4);
+  EXPECT_EQ(text(fit.run(TrainPosition{1, 1, 4})), "1/1/4");
+  EXPECT_EQ(fit.stop->reason(), StopReason::max_steps);
+  EXPECT_TRUE(fit.model.calls.empty());
+  EXPECT_TRUE(fit.control.checkpoints.empty()) << "the position it resumed from is committed already";
+}
+
 TEST(FitLoopTest, AFitWhoseLastEpochIsOffTheScheduleCommitsItsEnd) {
   Fit fit(3, -1);
   fit.settings.checkpoint_every_n_epochs = 2;

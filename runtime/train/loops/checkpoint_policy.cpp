@@ -26,6 +26,10 @@ std::optional<StopReason> CheckpointPolicy::settle(std::optional<StopReason> sto
   return stop;
 }
 
+void CheckpointPolicy::cut_short(const TrainPosition& here) {
+  if (control_.checkpointing() && here.global_step != saved_step_) save(here);
+}
+
 void CheckpointPolicy::at_fit_end(const TrainPosition& end) {
   if (control_.checkpointing() && end.global_step != saved_step_) save(end);
 }

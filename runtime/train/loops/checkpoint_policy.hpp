@@ -31,6 +31,12 @@ class CheckpointPolicy {
   // continues, `cut_short` whether a stop ended the epoch early (that stop
   // saved already, where the epoch stopped).
   std::optional<StopReason> after_epoch(int64_t epochs_done, const TrainPosition& next, bool cut_short);
+  // A stop ended the epoch at `here`, before its last batch, and its end
+  // (reduced metrics, the partial row, validation, callbacks) is still to
+  // run: unless a checkpoint was just committed at this step, one is, so
+  // that it holds the epoch's unreduced metrics and the loggers' files
+  // without the partial row.
+  void cut_short(const TrainPosition& here);
   // Where the fit starts: a resumed run's position is committed already.
   void starting_at(const TrainPosition& start) { saved_step_ = start.global_step; }
   // The fit ended at `end`, for whatever reason: unless a checkpoint was

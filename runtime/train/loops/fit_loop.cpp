@@ -44,7 +44,7 @@ void FitLoop::run(const TrainPosition& start) {
   stop_.start_clock();
   const auto fit_started = std::chrono::steady_clock::now();
   int64_t epoch = start.epoch;
-  while (!stop_.before_epoch(epoch)) {
+  while (!stop_.before_epoch(epoch, c.global_step)) {
     const bool stops = run_epoch(epoch, epoch == start.epoch ? first_sample(start) : 0);
     ++epoch;
     if (stops) break;
@@ -84,6 +84,13 @@ bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
   TrainingEpochLoop::MidEpochValidation mid_epoch{settings_.val_check_interval,
                                                   [this](int64_t e, int64_t b) { validate_mid_epoch(e, b); }};
   const auto result = epoch_loop_.run(epoch, first_sample, validating_epoch ? &mid_epoch : nullptr);
+  // An epoch cut short (max_steps, a callback's stop, max_time) is committed
+  // where it stopped, before its end is run: its metrics still unreduced and
+  // its partial row not yet logged. A resumed run finishes the epoch and
+  // runs its end once, as the uninterrupted run did, and the loggers, cut
+  // back to the checkpoint, replace the partial row with the whole epoch's.
+  const bool cut_short = result.next_batch < result.batches;
+  if (cut_short) policy_.cut_short(TrainPosition{epoch, result.next_batch, c.global_step, result.next_sample});
   // SWA averages complete epochs (a resumed one completes in the resumed run).
   if (optimization_.averaging && result.next_batch >= result.batches) optimization_.averaging->after_epoch(epoch);
   // The epoch's collected rows, before its metrics are reduced: what
@@ -116,8 +123,8 @@ bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
 
   const LrSchedule& schedule = optimization_.schedule;
   if (!schedule.per_step()) schedule.apply(optimization_.optimizer, epoch + 1);
-  // An epoch cut short (max_steps, a stop) resumes where it stopped.
-  position_ = result.next_batch < result.batches
+  // An epoch cut short resumes where it stopped.
+  position_ = cut_short
                   ? TrainPosition{epoch, result.next_batch, c.global_step, result.next_sample}
                   : TrainPosition{epoch + 1, 0, c.global_step, 0};
   return policy_.after_epoch(epoch + 1, position_, result.stopped).has_value();

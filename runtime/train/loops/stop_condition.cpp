@@ -61,9 +61,11 @@ std::optional<StopReason> StopCondition::take_vote(RunControl& control) {
   return std::nullopt;
 }
 
-std::optional<StopReason> StopCondition::before_epoch(int64_t epoch) {
+std::optional<StopReason> StopCondition::before_epoch(int64_t epoch, int64_t global_step) {
   at_epochs_ = epoch;
+  at_step_ = global_step;
   if (max_epochs_ >= 0 && epoch >= max_epochs_) return decide(StopReason::max_epochs);
+  if (max_steps_ >= 0 && global_step >= max_steps_) return decide(StopReason::max_steps);
   return std::nullopt;
 }
 
@@ -73,11 +75,6 @@ std::optional<StopReason> StopCondition::after_step(RunControl& control, int64_t
   if (global_step % vote_every_ == 0) reason = take_vote(control);
   if (!reason && max_steps_ >= 0 && global_step >= max_steps_) reason = StopReason::max_steps;
   return decide(reason);
-}
-
-std::optional<StopReason> StopCondition::between_steps(bool single_process) {
-  if (single_process && requested_.load()) return decide(StopReason::requested);
-  return std::nullopt;
 }
 
 std::optional<StopReason> StopCondition::after_epoch(RunControl& control, int64_t epochs_done, int64_t global_step) {

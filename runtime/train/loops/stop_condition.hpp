@@ -41,14 +41,12 @@ class StopCondition {
   void request(const std::string& who, const std::string& why);
   bool requested() const { return requested_.load(); }
 
-  // Before epoch `epoch` (0-based) starts: max_epochs.
-  std::optional<StopReason> before_epoch(int64_t epoch);
+  // Before epoch `epoch` (0-based) starts, `global_step` steps taken:
+  // max_epochs, and max_steps (a run resumed at or past max_steps takes no
+  // step more).
+  std::optional<StopReason> before_epoch(int64_t epoch, int64_t global_step);
   // After an optimizer step: max_steps, and at vote steps the vote.
   std::optional<StopReason> after_step(RunControl& control, int64_t global_step);
-  // Between batches that end no optimizer step (gradient accumulation): in a
-  // single process a request is acted on at once, as before; ranks wait for
-  // their vote.
-  std::optional<StopReason> between_steps(bool single_process);
   // After an epoch (`epochs_done` complete): the vote, max_steps, max_epochs.
   std::optional<StopReason> after_epoch(RunControl& control, int64_t epochs_done, int64_t global_step);
 

@@ -207,9 +207,12 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
     // Before the step's checkpoint, so a checkpoint monitoring a validation
     // metric ranks by this validation (Lightning's order too).
     if (val_every > 0 && val_every < n && (b + 1) % val_every == 0 && b + 1 < n) validation->validate(epoch, b);
+    // A stop is acted on only after an optimizer step, never inside an
+    // accumulation: the gradients accumulated so far are in no checkpoint,
+    // so a run stopped there could not continue exactly.
     const std::optional<StopReason> stop =
         boundary ? policy_.after_step(TrainPosition{epoch, b + 1, c.global_step, batches->position_after(b)})
-                 : stop_.between_steps(single_process);
+                 : std::nullopt;
     if (stop) {
       result.stopped = true;
       ++b;
