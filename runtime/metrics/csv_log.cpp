@@ -14,14 +14,15 @@ namespace kiln {
 
 CsvLog::CsvLog(std::filesystem::path file) : file_(std::move(file)) {}
 
-// The shortest text that reads back as the same double (what Lightning's
-// CSVLogger writes: Python's repr), so a cell is the value and not a rounding
-// of it; NaN and infinities as Python writes them (nan, inf, -inf: what
-// pandas and float() read), whatever NaN's sign bit.
+// Python's repr of the double (what Lightning's CSVLogger writes): the
+// shortest text that reads back as the same double, so a cell is the value
+// and not a rounding of it, in repr's notation (10.0, 0.0001, 1e-05, 1e+16);
+// NaN and infinities as Python writes them (nan, inf, -inf: what pandas and
+// float() read), whatever NaN's sign bit.
 std::string csv_number(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return shortest_double(v);
+  return python_float_repr(v);
 }
 
 void CsvLog::add_columns(const std::map<std::string, double>& row) {

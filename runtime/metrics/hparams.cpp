@@ -17,10 +17,12 @@ namespace kiln {
 
 namespace {
 
+// A TOML float as metrics.csv writes a number (Python's repr: 0.003, 10.0,
+// 1e-05, every form of it a TOML float); NaN and infinities as TOML spells them.
 std::string float_text(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return shortest_double(v);
+  return python_float_repr(v);
 }
 
 // A TOML basic string: JSON's escapes are all TOML's too.

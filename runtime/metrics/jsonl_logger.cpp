@@ -36,9 +36,12 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+// Python's repr of the double, as metrics.csv writes it (every form of it,
+// 10.0, 1e-05, 1e+16, is a JSON number); NaN and infinities, which JSON
+// cannot express, as null.
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
-  return shortest_double(v);
+  return python_float_repr(v);
 }
 
 std::string json_line(const LogRow& row) {

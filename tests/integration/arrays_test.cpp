@@ -3,8 +3,12 @@
 // one .safetensors file trains to the same numbers, bit for bit; a held-out
 // fraction is a seeded choice, recorded in the run directory; and
 // each unusable file is one line naming it (and the key), exit 2, with
-// nothing written.
+// nothing written: the line docs/data.md's table quotes for it.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <sstream>
 
 #include "common.hpp"
 
@@ -40,14 +44,20 @@ np.savez_compressed(f"{out}/train_deflated.npz", x=np.asfortranarray(x), y=y.ast
 np.savez_compressed(f"{out}/test.npz", x=tx, y=ty)
 assert np.load(f"{out}/f/x.npy").flags.f_contiguous
 # The broken ones.
-np.save(f"{out}/bad/short_y.npy", y[:255])
+os.makedirs(f"{out}/bad/short", exist_ok=True)
+np.save(f"{out}/bad/short/y.npy", y[:255])
+np.save(f"{out}/bad/complex.npy", x.astype(np.complex64))
 np.save(f"{out}/bad/big_endian.npy", x.astype(">f4"))
 np.save(f"{out}/bad/objects.npy", np.array([{"a": 1}] * 256, dtype=object), allow_pickle=True)
 np.save(f"{out}/bad/fields.npy", np.zeros(256, dtype=[("a", "<f4"), ("b", "<i4")]))
 whole = open(f"{out}/c/x.npy", "rb").read()
 open(f"{out}/bad/truncated.npy", "wb").write(whole[: len(whole) - 100])
+open(f"{out}/bad/extra.npy", "wb").write(whole + bytes(100))  # its header claims fewer bytes than it holds
 st = open(f"{out}/train.safetensors", "rb").read()
 open(f"{out}/bad/truncated.safetensors", "wb").write(st[: len(st) - 8])
+import json, struct
+header = json.dumps({"x": {"dtype": "F8_E4M3", "shape": [256, 16], "data_offsets": [0, 4096]}}).encode()
+open(f"{out}/bad/float8.safetensors", "wb").write(struct.pack("<Q", len(header)) + header + bytes(4096))
 import io, zipfile
 with zipfile.ZipFile(f"{out}/bad/bzip2.npz", "w", compression=zipfile.ZIP_BZIP2) as z:
     for k, v in (("x", x), ("y", y)):
@@ -155,51 +165,165 @@ print("rows ok")
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// One row of docs/data.md's table of refused array files: its 'what' cell,
+// and the messages its 'the line says' cell quotes (each backquoted), each
+// split at '…' into the literal pieces the line holds, in order.
+struct DocsRow {
+  std::string what;
+  std::vector<std::vector<std::string>> messages;
+};
+
+std::string trimmed(const std::string& s) {
+  const size_t begin = s.find_first_not_of(' ');
+  return begin == std::string::npos ? "" : s.substr(begin, s.find_last_not_of(' ') - begin + 1);
+}
+
+// The table under "## `kiln_arrays`" whose header is "| what | the line says |".
+std::vector<DocsRow> docs_refusal_table() {
+  const std::string ellipsis = "\xe2\x80\xa6";  // …
+  std::istringstream in(read_file(source_dir() / "docs" / "data.md"));
+  std::vector<DocsRow> rows;
+  bool in_section = false, in_table = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) {
+      if (in_table) break;
+      in_section = line.rfind("## `kiln_arrays`", 0) == 0;
+      continue;
+    }
+    if (!in_table) {
+      in_table = in_section && line == "| what | the line says |";
+      continue;
+    }
+    if (line.rfind("|", 0) != 0) break;  // the table's end
+    if (line.rfind("|---", 0) == 0) continue;
+    // Cells split at '|' outside backquotes.
+    std::vector<std::string> cells;
+    std::string cell;
+    bool quoted = false;
+    for (size_t i = 1; i < line.size(); ++i) {
+      if (line[i] == '`') quoted = !quoted;
+      if (line[i] == '|' && !quoted) {
+        cells.push_back(trimmed(cell));
+        cell.clear();
+      } else {
+        cell += line[i];
+      }
+    }
+    EXPECT_EQ(cells.size(), 2u) << "docs/data.md: " << line;
+    if (cells.size() != 2) continue;
+    DocsRow row{cells[0], {}};
+    for (size_t open = cells[1].find('`'); open != std::string::npos; open = cells[1].find('`', open)) {
+      const size_t close = cells[1].find('`', open + 1);
+      if (close == std::string::npos) break;
+      const std::string message = cells[1].substr(open + 1, close - open - 1);
+      std::vector<std::string> pieces;
+      for (size_t from = 0;;) {
+        const size_t at = message.find(ellipsis, from);
+        pieces.push_back(message.substr(from, at == std::string::npos ? std::string::npos : at - from));
+        if (at == std::string::npos) break;
+        from = at + ellipsis.size();
+      }
+      row.messages.push_back(pieces);
+      open = close + 1;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// Whether one line of `output` holds every piece of `pieces`, in order.
+bool has_line_with(const std::string& output, const std::vector<std::string>& pieces) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    size_t at = 0;
+    bool all = true;
+    for (const auto& piece : pieces) {
+      const size_t found = line.find(piece, at);
+      if (found == std::string::npos) {
+        all = false;
+        break;
+      }
+      at = found + piece.size();
+    }
+    if (all) return true;
+  }
+  return false;
+}
+
 struct Refusal {
   std::string name;
   std::string data_lines;  // with DATA standing for the data directory
-  std::string expected;    // part of the one line
+  std::string docs_row;    // the 'what' cell of docs/data.md's row that quotes the line
+  std::string names;       // the file (or key) the line names; empty: none
 };
 
-// Each unusable file: one line naming it (and the key), exit 2, no training.
+// Each unusable file: one line naming it (and the key), exit 2, no training;
+// the line is one docs/data.md's table quotes for that case, and every row of
+// that table is some case's (a row added without a case fails here).
 TEST(ArraysRefuse, EachBadFileWithOneLineNamingItExit2AndNothingWritten) {
   KILN_REQUIRE_CHECK_PYTHON();
   TempDir dir;
   const auto data = make_data(dir);
+  const std::string truncated = "a truncated file, or a header that claims more bytes than the file holds";
+  const std::string another_dtype = "another dtype (complex, unsigned wider than 8 bits, float8)";
+  const std::string damaged_npz = "a truncated or damaged `.npz`";
   const std::vector<Refusal> refusals{
       {"missing_key", "train = \"DATA/train.safetensors\"\ninput = \"features\"\ntarget = \"y\"\n",
-       "has no array 'features'; it has: x, y"},
-      {"rows_differ", "train = [\"DATA/c/x.npy\", \"DATA/bad/short_y.npy\"]\ninput = \"x\"\ntarget = \"short_y\"\n",
-       "'short_y' has 255 rows but 'x'"},
-      {"truncated_npy", "train = [\"DATA/bad/truncated.npy\"]\ninput = \"truncated\"\ntarget = \"\"\n",
-       "truncated.npy': is truncated"},
+       "a key the files do not have", "train.safetensors'"},
+      {"rows_differ", "train = [\"DATA/c/x.npy\", \"DATA/bad/short/y.npy\"]\ninput = \"x\"\ntarget = \"y\"\n",
+       "first dimensions that differ", "bad/short/y.npy'"},
+      {"truncated_npy", "train = [\"DATA/bad/truncated.npy\"]\ninput = \"truncated\"\ntarget = \"\"\n", truncated,
+       "truncated.npy'"},
       {"truncated_safetensors", "train = \"DATA/bad/truncated.safetensors\"\ninput = \"x\"\ntarget = \"y\"\n",
-       "truncated.safetensors': is truncated or its header lies"},
+       truncated, "truncated.safetensors'"},
+      {"extra_bytes_npy", "train = [\"DATA/bad/extra.npy\"]\ninput = \"extra\"\ntarget = \"\"\n",
+       "a `.npy` header that claims fewer bytes than the file holds", "extra.npy'"},
       {"big_endian", "train = [\"DATA/bad/big_endian.npy\"]\ninput = \"big_endian\"\ntarget = \"\"\n",
-       "big_endian.npy': holds big-endian data"},
+       "big-endian data", "big_endian.npy'"},
       {"objects", "train = [\"DATA/bad/objects.npy\"]\ninput = \"objects\"\ntarget = \"\"\n",
-       "objects.npy': holds Python objects"},
+       "Python objects (`dtype=object`)", "objects.npy'"},
       {"structured", "train = [\"DATA/bad/fields.npy\"]\ninput = \"fields\"\ntarget = \"\"\n",
-       "fields.npy': holds a structured array"},
-      {"not_a_format", "train = \"DATA/../make_data.py\"\ninput = \"x\"\n", "is not .npy, .npz nor .safetensors"},
+       "a structured dtype (fields)", "fields.npy'"},
+      {"complex_npy", "train = [\"DATA/bad/complex.npy\"]\ninput = \"complex\"\ntarget = \"\"\n", another_dtype,
+       "complex.npy'"},
+      {"float8_safetensors", "train = \"DATA/bad/float8.safetensors\"\ninput = \"x\"\ntarget = \"\"\n", another_dtype,
+       "float8.safetensors'"},
+      {"not_a_format", "train = \"DATA/../make_data.py\"\ninput = \"x\"\n",
+       "a file that is not `.npy`, `.npz` nor `.safetensors`", "make_data.py'"},
       {"npz_bzip2", "train = \"DATA/bad/bzip2.npz\"\ninput = \"x\"\ntarget = \"y\"\n",
-       "bzip2.npz:x.npy': is compressed with zip method 12"},
-      {"npz_truncated", "train = \"DATA/bad/truncated.npz\"\ninput = \"x\"\ntarget = \"y\"\n",
-       "truncated.npz': is truncated or not a .npz file"},
-      {"npz_damaged", "train = \"DATA/bad/damaged.npz\"\ninput = \"x\"\ntarget = \"y\"\n", "damaged.npz:x.npy': "},
+       "a `.npz` member compressed other than by deflate (bzip2, lzma), encrypted, or not a `.npy`",
+       "bzip2.npz:x.npy'"},
+      {"npz_truncated", "train = \"DATA/bad/truncated.npz\"\ninput = \"x\"\ntarget = \"y\"\n", damaged_npz,
+       "truncated.npz'"},
+      {"npz_damaged", "train = \"DATA/bad/damaged.npz\"\ninput = \"x\"\ntarget = \"y\"\n", damaged_npz,
+       "damaged.npz:x.npy'"},
       {"both_val_keys", "train = \"DATA/train.safetensors\"\nval = \"DATA/test.safetensors\"\nval_fraction = 0.1\n"
                         "input = \"x\"\ntarget = \"y\"\n",
-       "'val' and 'val_fraction' both name a validation split"}};
+       "`val` and `val_fraction` together", ""}};
+
+  const std::vector<DocsRow> table = docs_refusal_table();
+  ASSERT_GE(table.size(), 10u) << "docs/data.md's table of refused array files, under ## `kiln_arrays`";
+  std::set<std::string> exercised;
   for (const auto& refusal : refusals) {
     SCOPED_TRACE(refusal.name);
+    const auto row =
+        std::find_if(table.begin(), table.end(), [&](const DocsRow& d) { return d.what == refusal.docs_row; });
+    ASSERT_NE(row, table.end()) << "docs/data.md's table has no row '" << refusal.docs_row << "'";
+    ASSERT_FALSE(row->messages.empty()) << "docs/data.md's row '" << row->what << "' quotes no line";
+    exercised.insert(row->what);
     std::string lines = refusal.data_lines;
     for (size_t at; (at = lines.find("DATA")) != std::string::npos;) lines.replace(at, 4, data.string());
     const ProcessResult r = kiln({"fit", manifest(dir, refusal.name, lines).string()}, {.timeout = kTimeout});
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find(refusal.expected), std::string::npos) << r.output;
+    const bool quoted = std::any_of(row->messages.begin(), row->messages.end(),
+                                    [&](const auto& pieces) { return has_line_with(r.output, pieces); });
+    EXPECT_TRUE(quoted) << "no line is one docs/data.md quotes for '" << row->what << "':\n" << r.output;
+    EXPECT_NE(r.output.find(refusal.names), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
     EXPECT_FALSE(std::filesystem::exists(dir / refusal.name)) << "nothing written";
   }
+  for (const auto& row : table)
+    EXPECT_TRUE(exercised.count(row.what)) << "docs/data.md's row '" << row.what << "' has no case here";
 }
 
 }  // namespace

@@ -98,6 +98,9 @@ TEST(Jsonl, EscapesNamesAndWritesNonFiniteValuesAsNull) {
   EXPECT_EQ(json_number(0.1), "0.1");                              // shortest text that reads back
   EXPECT_EQ(json_number(1.0 / 3.0), "0.3333333333333333");
   EXPECT_EQ(json_number(-2.5e-10), "-2.5e-10");
+  EXPECT_EQ(json_number(10.0), "10.0");  // as metrics.csv writes it (Python's repr), not 1e+01
+  EXPECT_EQ(json_number(1e-5), "1e-05");
+  EXPECT_EQ(json_number(1e16), "1e+16");
   EXPECT_EQ(json_number(std::nan("")), "null");
   EXPECT_EQ(json_number(std::numeric_limits<double>::infinity()), "null");
   EXPECT_EQ(json_number(-std::numeric_limits<double>::infinity()), "null");
@@ -107,13 +110,20 @@ TEST(Jsonl, EscapesNamesAndWritesNonFiniteValuesAsNull) {
 }
 
 // A metrics.csv cell is the value itself, as Lightning's CSVLogger writes it
-// (Python's repr), not nine digits of it; non-finite values as Python and
-// pandas spell them.
+// (Python's repr: 10.0, not 1e+01), not nine digits of it; non-finite values
+// as Python and pandas spell them.
 TEST(Csv, CellsReadBackAsTheSameDoubleAndNonFiniteValuesAsPythonWritesThem) {
   for (const double v : {0.1, 1.0 / 3.0, 0.1 + 1e-12, 0.10000000149011612 /* 0.1f */, 1e30, -2.5e-10, 12345.678901234567})
     EXPECT_EQ(std::strtod(csv_number(v).c_str(), nullptr), v) << csv_number(v);
   EXPECT_EQ(csv_number(0.100000000001), "0.100000000001");  // "%.9g" wrote 0.1
   EXPECT_EQ(csv_number(0.25), "0.25");
+  EXPECT_EQ(csv_number(10.0), "10.0");
+  EXPECT_EQ(csv_number(100.0), "100.0");
+  EXPECT_EQ(csv_number(1e-4), "0.0001");
+  EXPECT_EQ(csv_number(1e-5), "1e-05");
+  EXPECT_EQ(csv_number(1e15), "1000000000000000.0");
+  EXPECT_EQ(csv_number(1e16), "1e+16");
+  EXPECT_EQ(csv_number(-0.0), "-0.0");
   EXPECT_EQ(csv_number(std::nan("")), "nan");
   EXPECT_EQ(csv_number(-std::nan("")), "nan");
   EXPECT_EQ(csv_number(std::numeric_limits<double>::infinity()), "inf");
@@ -121,9 +131,9 @@ TEST(Csv, CellsReadBackAsTheSameDoubleAndNonFiniteValuesAsPythonWritesThem) {
 
   test::TempDir dir;
   CsvLog log(dir.path() / "metrics.csv");
-  log.append({{"epoch", 0}, {"step", 4}, {"val/auroc", 1.0 / 3.0}, {"train/loss", -std::nan("")}});
+  log.append({{"epoch", 0}, {"step", 4}, {"val/auroc", 1.0 / 3.0}, {"train/loss", -std::nan("")}, {"val/n", 10.0}});
   const std::string text = read(dir.path() / "metrics.csv");
-  EXPECT_EQ(text, "epoch,step,train/loss,val/auroc\n0,4,nan,0.3333333333333333\n");
+  EXPECT_EQ(text, "epoch,step,train/loss,val/auroc,val/n\n0,4,nan,0.3333333333333333,10.0\n");
   CsvLog resumed(dir.path() / "other.csv");
   resumed.restore(text);
   EXPECT_EQ(resumed.text(), text) << "a resumed run's file keeps the same cells";
@@ -180,7 +190,7 @@ TEST(Loggers, ContinueTheirFilesFromACheckpointsStateWithoutRepeatingRows) {
   }
   const std::string jsonl = read(dir.path() / "metrics.jsonl");
   EXPECT_EQ(jsonl,
-            "{\"kind\":\"step\",\"epoch\":0,\"step\":1,\"train/loss_step\":1}\n"
+            "{\"kind\":\"step\",\"epoch\":0,\"step\":1,\"train/loss_step\":1.0}\n"
             "{\"kind\":\"epoch\",\"epoch\":0,\"step\":2,\"train/loss\":0.25}\n"
             "{\"kind\":\"step\",\"epoch\":0,\"step\":3,\"train/loss_step\":0.3333333333333333}\n"
             "{\"kind\":\"epoch\",\"epoch\":0,\"step\":4,\"train/loss\":0.25}\n");
