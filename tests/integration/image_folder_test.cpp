@@ -68,6 +68,50 @@ INSTANTIATE_TEST_SUITE_P(Examples, OwnData,
                            return name.substr(0, name.find('.'));
                          });
 
+// The README's "Your own data" commands, as a user types them on the
+// machine `./go example` set up: its sh block, run line by line from the top
+// of a copy of the checkout (examples/own_data and build/bin/kiln), with a
+// `python3` that sees Python's standard library alone (-I -S: no NumPy,
+// Pillow or safetensors from any site-packages). Each command must succeed.
+TEST(Readme, OwnDataCommandsRunAsTypedWithPythonsStandardLibraryAlone) {
+  KILN_ONLY_IN_VARIANT("debian");
+  const std::string readme = read_file(source_dir() / "README.md");
+  const size_t section = readme.find("\n## Your own data");
+  ASSERT_NE(section, std::string::npos) << "README.md has no 'Your own data' section";
+  const size_t begin = readme.find("```sh\n", section);
+  ASSERT_NE(begin, std::string::npos);
+  const size_t end = readme.find("```", begin + 6);
+  const std::string block = readme.substr(begin + 6, end - begin - 6);
+  ASSERT_NE(block.find("python3 make_data.py"), std::string::npos) << block;
+
+  TempDir top;
+  std::filesystem::create_directories(top / "examples" / "own_data");
+  for (const auto& entry : std::filesystem::directory_iterator(source_dir() / "examples" / "own_data"))
+    if (entry.is_regular_file()) std::filesystem::copy_file(entry.path(), top / "examples" / "own_data" / entry.path().filename());
+  std::filesystem::create_directories(top / "build" / "bin");
+  std::filesystem::create_symlink(kiln_exe(), top / "build" / "bin" / "kiln");
+  // The python3 a user's PATH finds, without any site-packages.
+  const ProcessResult which = run_process({"/bin/sh", "-c", "command -v python3"});
+  ASSERT_EQ(which.exit_code, 0) << "no python3 on PATH: " << which.output;
+  const std::string python = which.output.substr(0, which.output.find('\n'));
+  std::filesystem::create_directories(top / "shim");
+  write_file(top / "shim" / "python3", "#!/bin/sh\nexec \"" + python + "\" -I -S \"$@\"\n");
+  std::filesystem::permissions(top / "shim" / "python3", std::filesystem::perms::owner_all);
+  const char* path = std::getenv("PATH");
+  const ProcessResult r =
+      run_process({"/bin/sh", "-e", "-x", "-c", block},
+                  {.cwd = top.path(),
+                   .env = {{"PATH", (top / "shim").string() + ":" + (path ? path : "/usr/bin:/bin")}},
+                   .timeout = kTimeout});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("no safetensors package"), std::string::npos) << r.output;
+  // What the block's last command writes: each test image named.
+  bool predicted = false;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(top / "examples" / "own_data" / "runs"))
+    predicted = predicted || entry.path().filename() == "predictions.csv";
+  EXPECT_TRUE(predicted) << r.output;
+}
+
 // predictions.csv names each test image and its class, by the class list
 // in the run directory; the classes are the folders, sorted.
 TEST(ImageFolder, PredictNamesEachImageAndItsClass) {
