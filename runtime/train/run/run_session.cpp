@@ -9,14 +9,11 @@
 // the loops call; this file only wires them (docs/architecture.md).
 #include "train/run/run_session.hpp"
 
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
-#include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include "ckpt/checkpointer.hpp"
@@ -37,14 +34,15 @@
 #include "train/optim.hpp"
 #include "train/param_groups.hpp"
 #include "train/precision.hpp"
-#include "train/prediction_table.hpp"
-#include "train/prediction_text.hpp"
+#include "train/prediction_files.hpp"
 #include "train/profiler.hpp"
 #include "train/progress.hpp"
 #include "train/weight_averaging.hpp"
 #include "train/run/epoch_collections.hpp"
 #include "train/run/event_fan_out.hpp"
+#include "train/run/fit_plan.hpp"
 #include "train/run/plugin_services.hpp"
+#include "train/run/profile_report.hpp"
 #include "train/run/run_checkpoints.hpp"
 #include "train/run/run_controller.hpp"
 #include "train/run/run_metrics.hpp"
@@ -52,7 +50,6 @@
 #include "train/run/run_files.hpp"
 #include "train/run/start_agreement.hpp"
 #include "train/sampled_batches.hpp"
-#include "util/durable_file.hpp"
 #include "util/errors.hpp"
 #include "util/process_info.hpp"
 #include "util/run_dir_lock.hpp"
@@ -105,7 +102,8 @@ class Run {
     outcome.failure = session_->run(
         stage_of(command_), /*prepare_data=*/local_zero, [&] { if (group_) group_->barrier(); }, [&] { body(); });
     loggers_.finish(!outcome.failure);  // the hparams session's end and its status (rank 0's files only)
-    if (outcome.failure && profiler_ && profiler_->tracing() && profiler_->in_fit()) write_failed_trace();
+    if (outcome.failure && profiler_ && profiler_->tracing() && profiler_->in_fit())
+      write_failed_trace(*profiler_, m_.run.dir, rank());
     context_.reset();
     outcome.metrics = metrics_->latest();
     outcome.calls_abandoned = session_->data().calls_in_flight() > 0;
@@ -328,46 +326,12 @@ class Run {
   }
 
   // --- loops -------------------------------------------------------------------------
-  FitSettings fit_settings() const {
-    const auto& t = m_.trainer;
-    FitSettings settings;
-    settings.training.spec = EpochSpec{settings_.shuffle, t.batch_size, settings_.limit_train};
-    settings.training.accumulate_grad_batches = t.accumulate_grad_batches;
-    settings.training.gradient_clip_val = t.gradient_clip_val;
-    settings.training.clip_by_value = t.gradient_clip_algorithm == GradientClipAlgorithm::value;
-    settings.training.checkpoint_every_n_steps = settings_.checkpointing ? m_.checkpoint.every_n_steps : 0;
-    settings.val = EpochSpec{false, settings_.eval_batch_size, settings_.limit_val};
-    settings.check_val_every_n_epoch = t.check_val_every_n_epoch;
-    if (t.fast_dev_run == 0) settings.val_check_interval = t.val_check_interval;
-    settings.test_after_fit = t.test_after_fit;
-    settings.test = EpochSpec{false, settings_.eval_batch_size, settings_.limit_test};
-    settings.checkpoint_every_n_epochs = settings_.checkpointing ? m_.checkpoint.every_n_epochs : 0;
-    // Overfitting validates on the very batches it trains on, at their size.
-    if (settings_.overfit) settings.val = EpochSpec{false, t.batch_size, settings_.limit_val};
-    settings.sanity_val_steps = resume_ ? 0 : settings_.sanity_val_steps;
-    return settings;
-  }
-
-  // The learning-rate schedule over the run's periods (steps or epochs).
-  LrSchedule schedule_for(const std::vector<ParamGroup>& groups, const FitSettings& settings) {
-    const auto& t = m_.trainer;
-    const int64_t train_batches = batches_->batches_per_epoch(KILN_SPLIT_TRAIN, settings.training.spec);
-    const int64_t steps_per_epoch = (train_batches + t.accumulate_grad_batches - 1) / t.accumulate_grad_batches;
-    const int64_t epochs = std::max<int64_t>(settings_.max_epochs, 1);
-    const bool per_step = m_.scheduler.interval == SchedulerInterval::step;
-    const int64_t total_periods =
-        per_step ? (settings_.max_steps > 0 ? settings_.max_steps : steps_per_epoch * epochs) : epochs;
-    std::vector<double> base_lrs;
-    for (const ParamGroup& g : groups) base_lrs.push_back(g.options.lr);
-    return LrSchedule(m_.scheduler, base_lrs, total_periods);
-  }
-
   void fit() {
-    const std::vector<ParamGroup> groups = plan_optimizer_groups();
+    const std::vector<ParamGroup> groups = plan_optimizer_groups(m_, state_, model_->id());
     state_.optimizer = make_optimizer(m_.optimizer, groups, state_.trainable);
     if (rank() == 0)  // only rank 0 logs
       metrics_->attach_monitors(&events_.start_monitors(m_.trainer.log_every_n_steps, world_size(), *state_.optimizer));
-    const FitSettings settings = fit_settings();
+    const FitSettings settings = fit_settings(m_, settings_, resume_.has_value());
     if (batches_->length(KILN_SPLIT_TRAIN) == 0)
       batches_->refuse_empty(KILN_SPLIT_TRAIN, "the train split is empty; `kiln fit` needs samples");
     if (settings_.overfit && rank() == 0) {
@@ -378,7 +342,8 @@ class Run {
                    "batches{}, in order, each epoch",
                    used, all, world_size() > 1 ? " per rank" : "");
     }
-    LrSchedule schedule = schedule_for(groups, settings);
+    LrSchedule schedule =
+        lr_schedule(m_, settings_, groups, batches_->batches_per_epoch(KILN_SPLIT_TRAIN, settings.training.spec));
     TrainPosition start;
     if (resume_) start = checkpoints_->resume(*resume_, command_);
     agree();
@@ -411,40 +376,12 @@ class Run {
     // What a user waits for on every run (bench/README.md, "Start-up").
     spdlog::debug("start-up: first training step at {:.2f} s since the process started", seconds_since_start());
     loop.run(start);
-    if (profiler_) report_profile();
+    if (profiler_) report_profile(*profiler_, group_.get(), m_.run.dir, rank());
     if (group_ && spdlog::should_log(spdlog::level::debug))
       if (const std::string stats = group_->gradient_stats(); !stats.empty()) spdlog::debug("{}", stats);
     if (scaler)
       spdlog::info("16-mixed: {} optimizer steps skipped for inf/NaN gradients; loss scale now {}",
                    state_.scaler.skipped, state_.scaler.scale);
-  }
-
-  // [profiler]: the table on rank 0 (every rank's totals gathered), each
-  // rank's trace in the run directory.
-  void report_profile() {
-    std::vector<std::string> texts{profiler_->export_totals()};
-    if (group_) texts = group_->all_gather_text(texts[0]);
-    if (profiler_->tracing()) {
-      const auto file = profiler_->write_trace(m_.run.dir);
-      if (rank() == 0) spdlog::info("profiler: each rank's trace is {}/trace.rank<N>.json (open it in Perfetto or chrome://tracing)", m_.run.dir.string());
-    }
-    if (rank() != 0) return;
-    std::vector<Profiler::Totals> totals;
-    for (const std::string& text : texts) totals.push_back(Profiler::parse_totals(text));
-    spdlog::info("{}", Profiler::table(totals));
-  }
-
-  // A fit that failed: this rank's trace up to the failure (no table, which
-  // would need every rank), since where the time went before it is what one
-  // looks for. Never an error of its own over the failure's.
-  void write_failed_trace() noexcept {
-    try {
-      profiler_->end_fit();
-      const auto file = profiler_->write_trace(m_.run.dir);
-      spdlog::info("profiler: the fit failed; rank {}'s trace up to the failure is {}", rank(), file.string());
-    } catch (const std::exception& e) {
-      spdlog::warn("profiler: rank {}'s trace up to the failure could not be written: {}", rank(), e.what());
-    }
   }
 
   // validate / test / predict of a checkpoint with averaged weights: those
@@ -469,23 +406,6 @@ class Run {
     return [this, contribution](at::Tensor& t) { group_->all_reduce_sum(t, contribution); };
   }
 
-  // [[optimizer.groups]] over the model's parameter names; the description
-  // goes into every checkpoint (a resumed run must have the same groups).
-  std::vector<ParamGroup> plan_optimizer_groups() {
-    std::vector<std::string> names;
-    std::vector<bool> trained;
-    for (const auto& [name, tensor] : state_.params) {
-      names.push_back(name);
-      trained.push_back(tensor.requires_grad());
-    }
-    std::vector<ParamGroup> groups = plan_param_groups(m_.optimizer, names, trained, model_->id());
-    state_.optimizer_groups = describe_param_groups(groups, state_.trainable_names);
-    if (!m_.optimizer.groups.empty())
-      for (const ParamGroup& g : groups)
-        spdlog::info("parameter group {}: {} tensors, lr {}", g.label, g.members.size(), g.options.lr);
-    return groups;
-  }
-
   void evaluate(kiln_split split) {
     const BatchLimit& limit = split == KILN_SPLIT_VAL ? settings_.limit_val : settings_.limit_test;
     EvaluationLoop(*context_, split, EpochSpec{false, settings_.eval_batch_size, limit}, /*standalone=*/true).run();
@@ -495,54 +415,7 @@ class Run {
     const std::vector<at::Tensor> outputs =
         PredictLoop(*context_, EpochSpec{false, settings_.eval_batch_size, m_.trainer.limit_predict_batches}).run();
     if (rank() != 0) return;  // predict is not sharded: rank 0 writes the whole split
-    const at::Tensor all = at::cat(outputs).cpu();  // readable by torch.load on any machine
-    // Made before anything is written: outputs that are not bytes refuse the
-    // run with nothing on disk.
-    const std::optional<std::string> text =
-        m_.trainer.predictions_text ? std::optional<std::string>(prediction_text(all)) : std::nullopt;
-    const std::vector<char> bytes = torch::pickle_save(all);
-    const auto file = m_.run.dir / "predictions.pt";
-    write_file_durably(file, std::string_view(bytes.data(), bytes.size()));
-    spdlog::info("predict: {} rows written to {} (load with torch.load)", all.size(0), file.string());
-    if (text) {
-      const auto text_file = m_.run.dir / "predictions.txt";
-      write_file_durably(text_file, *text);
-      spdlog::info("predict: the rows as text in {}", text_file.string());
-    }
-    write_prediction_table(all);
-  }
-
-  // predictions.csv, with the class names and sample names the data module
-  // recorded in the run directory (train/prediction_table.hpp).
-  void write_prediction_table(const at::Tensor& all) {
-    const auto data_dir = m_.run.dir / session_->data().id();
-    std::vector<std::string> classes, names;
-    if (const std::optional<std::string> json = read_if_present(data_dir / "classes.json")) {
-      if (std::optional<std::vector<std::string>> parsed = parse_string_array(*json))
-        classes = std::move(*parsed);
-      else
-        spdlog::warn("predict: {} is not a JSON array of strings; predictions.csv has no class names",
-                     (data_dir / "classes.json").string());
-    }
-    if (const std::optional<std::string> text = read_if_present(data_dir / "predict_names.txt")) {
-      std::istringstream lines(*text);
-      for (std::string line; std::getline(lines, line);) names.push_back(line);
-    }
-    std::string warning;
-    const std::optional<std::string> table = prediction_table(all, classes, names, &warning);
-    if (!table) return;
-    if (!warning.empty()) spdlog::warn("predict: {}", warning);
-    const auto file = m_.run.dir / "predictions.csv";
-    write_file_durably(file, *table);
-    spdlog::info("predict: each row's class in {}", file.string());
-  }
-
-  static std::optional<std::string> read_if_present(const std::filesystem::path& file) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) return std::nullopt;
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    return bytes.str();
+    write_prediction_files(outputs, m_.run.dir, session_->data().id(), m_.trainer.predictions_text);
   }
 
   std::vector<const PluginInstance*> all_plugins() {
