@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common.hpp"
+#include "docs_table.hpp"
 
 namespace kiln::test {
 namespace {
@@ -165,91 +166,6 @@ print("rows ok")
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-// One row of docs/data.md's table of refused array files: its 'what' cell,
-// and the messages its 'the line says' cell quotes (each backquoted), each
-// split at '…' into the literal pieces the line holds, in order.
-struct DocsRow {
-  std::string what;
-  std::vector<std::vector<std::string>> messages;
-};
-
-std::string trimmed(const std::string& s) {
-  const size_t begin = s.find_first_not_of(' ');
-  return begin == std::string::npos ? "" : s.substr(begin, s.find_last_not_of(' ') - begin + 1);
-}
-
-// The table under "## `kiln_arrays`" whose header is "| what | the line says |".
-std::vector<DocsRow> docs_refusal_table() {
-  const std::string ellipsis = "\xe2\x80\xa6";  // …
-  std::istringstream in(read_file(source_dir() / "docs" / "data.md"));
-  std::vector<DocsRow> rows;
-  bool in_section = false, in_table = false;
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("## ", 0) == 0) {
-      if (in_table) break;
-      in_section = line.rfind("## `kiln_arrays`", 0) == 0;
-      continue;
-    }
-    if (!in_table) {
-      in_table = in_section && line == "| what | the line says |";
-      continue;
-    }
-    if (line.rfind("|", 0) != 0) break;  // the table's end
-    if (line.rfind("|---", 0) == 0) continue;
-    // Cells split at '|' outside backquotes.
-    std::vector<std::string> cells;
-    std::string cell;
-    bool quoted = false;
-    for (size_t i = 1; i < line.size(); ++i) {
-      if (line[i] == '`') quoted = !quoted;
-      if (line[i] == '|' && !quoted) {
-        cells.push_back(trimmed(cell));
-        cell.clear();
-      } else {
-        cell += line[i];
-      }
-    }
-    EXPECT_EQ(cells.size(), 2u) << "docs/data.md: " << line;
-    if (cells.size() != 2) continue;
-    DocsRow row{cells[0], {}};
-    for (size_t open = cells[1].find('`'); open != std::string::npos; open = cells[1].find('`', open)) {
-      const size_t close = cells[1].find('`', open + 1);
-      if (close == std::string::npos) break;
-      const std::string message = cells[1].substr(open + 1, close - open - 1);
-      std::vector<std::string> pieces;
-      for (size_t from = 0;;) {
-        const size_t at = message.find(ellipsis, from);
-        pieces.push_back(message.substr(from, at == std::string::npos ? std::string::npos : at - from));
-        if (at == std::string::npos) break;
-        from = at + ellipsis.size();
-      }
-      row.messages.push_back(pieces);
-      open = close + 1;
-    }
-    rows.push_back(row);
-  }
-  return rows;
-}
-
-// Whether one line of `output` holds every piece of `pieces`, in order.
-bool has_line_with(const std::string& output, const std::vector<std::string>& pieces) {
-  std::istringstream in(output);
-  for (std::string line; std::getline(in, line);) {
-    size_t at = 0;
-    bool all = true;
-    for (const auto& piece : pieces) {
-      const size_t found = line.find(piece, at);
-      if (found == std::string::npos) {
-        all = false;
-        break;
-      }
-      at = found + piece.size();
-    }
-    if (all) return true;
-  }
-  return false;
-}
-
 struct Refusal {
   std::string name;
   std::string data_lines;  // with DATA standing for the data directory
@@ -301,7 +217,7 @@ TEST(ArraysRefuse, EachBadFileWithOneLineNamingItExit2AndNothingWritten) {
                         "input = \"x\"\ntarget = \"y\"\n",
        "`val` and `val_fraction` together", ""}};
 
-  const std::vector<DocsRow> table = docs_refusal_table();
+  const std::vector<DocsRow> table = docs_table("## `kiln_arrays`");
   ASSERT_GE(table.size(), 10u) << "docs/data.md's table of refused array files, under ## `kiln_arrays`";
   std::set<std::string> exercised;
   for (const auto& refusal : refusals) {

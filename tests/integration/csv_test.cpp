@@ -5,7 +5,10 @@
 // file, line and column, exit 2, with nothing written.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "common.hpp"
+#include "docs_table.hpp"
 
 namespace kiln::test {
 namespace {
@@ -39,15 +42,26 @@ def split(n, stem, crlf):
     np.save(f"{out}/{stem}/y.npy", np.array([classes.index(s) for s in names[y]], dtype=np.int64))
 split(256, "train", False)
 split(64, "val", True)
-def bad(name, text):
-    open(f"{out}/bad/{name}.csv", "w").write(text)
+# The broken tables, each in its own directory as train.csv (val.csv), the
+# names docs/data.md's table quotes.
+def bad(case, text, name="train"):
+    os.makedirs(f"{out}/bad/{case}", exist_ok=True)
+    open(f"{out}/bad/{case}/{name}.csv", "w").write(text)
 bad("missing", "a,b,y\n1,2,x\n3,,y\n")
+bad("missing_label", "a,b,y\n1,2,x\n3,4,\n")
 bad("word", "a,b,y\n1,2,x\n3,four,y\n")
+bad("beyond_float32", "a,x,y\n1,1e39,p\n")
 bad("ragged", "a,b,y\n1,2,x\n3,4\n")
 bad("unclosed", "a,b,y\n1,2,x\n3,4,\"y\n")
+bad("after_quote", "a,b,y\n1,2,x\n3,\"4\"5,y\n")
+bad("quote_inside", "a,b,y\n1,2,x\n3,4\"5,y\n")
+bad("no_target", "a,b,y\n1,2,x\n3,4,y\n")
+bad("header_twice", "x,x,y\n1,2,p\n")
+bad("val_class", "a,b,y\n1,2,x\n3,4,y\n")
+bad("val_class", "a,b,y\n1,2,x\n3,4,zebra\n", "val")
 bad("empty", "")
-bad("val_class", "a,b,y\n1,2,x\n3,4,zebra\n")
-bad("train_xy", "a,b,y\n1,2,x\n3,4,y\n")
+bad("no_rows", "a,b,y\n")
+os.makedirs(f"{out}/bad/no_file", exist_ok=True)
 print("written")
 )PY";
 
@@ -128,37 +142,51 @@ print("classes ok")
 }
 
 struct Refusal {
-  std::string name;
-  std::string data_lines;  // with DATA standing for the data directory
-  std::string expected;    // part of the one line
+  std::string name;        // also the directory under data/bad kiln runs in, which holds the table
+  std::string data_lines;  // the [data] keys after path, the files named as in that directory
+  std::string docs_row;    // the 'what' cell of docs/data.md's row that quotes the line
 };
 
+// Each unusable table: exit 2, nothing written, and one line naming the
+// file (its line and column): a line docs/data.md's table quotes for that
+// case. Every row of that table, and every line a row quotes, is some case's
+// (a row added without a case fails here).
 TEST(CsvRefuse, EachBadTableWithOneLineNamingFileLineAndColumnExit2AndNothingWritten) {
   KILN_REQUIRE_CHECK_PYTHON();
   TempDir dir;
   const auto data = make_data(dir);
-  const std::string two = "path = \"kiln_csv\"\ntarget = \"y\"\ntrain = \"DATA/bad/";
+  const std::string train = "target = \"y\"\ntrain = \"train.csv\"\n";
+  const std::string empty_cell = "an empty cell";
+  const std::string quotes = "an unclosed quote, text after a closing quote, a quote inside an unquoted field";
   const std::vector<Refusal> refusals{
-      {"missing", two + "missing.csv\"\n", "missing.csv:3:2: column 'b': the cell is empty (a missing value)"},
-      {"word", two + "word.csv\"\n", "word.csv:3:2: column 'b': 'four' is not a finite number"},
-      {"ragged", two + "ragged.csv\"\n", "ragged.csv:3: 2 fields, the header has 3"},
-      {"unclosed", two + "unclosed.csv\"\n", "unclosed.csv:3: a quoted field is never closed"},
-      {"empty", two + "empty.csv\"\n", "empty.csv: is empty; a table starts with a header row"},
-      {"no_target", "path = \"kiln_csv\"\ntarget = \"label\"\ntrain = \"DATA/bad/word.csv\"\n",
-       "word.csv: has no target column 'label'; its columns: a, b, y"},
-      {"val_class", two + "train_xy.csv\"\nval = \"DATA/bad/val_class.csv\"\n",
-       "val_class.csv:3:3: target column 'y': class 'zebra' is not one of the train split's 2 classes"},
-      {"no_file", two + "absent.csv\"\n", "absent.csv': cannot be opened"}};
+      {"missing", train, empty_cell},
+      {"missing_label", train, empty_cell},
+      {"word", train, "a cell that is not a number"},
+      {"beyond_float32", train, "a number beyond float32"},
+      {"ragged", train, "a record with another number of fields"},
+      {"unclosed", train, quotes},
+      {"after_quote", train, quotes},
+      {"quote_inside", train, quotes},
+      {"no_target", "target = \"label\"\ntrain = \"train.csv\"\n", "a column the header lacks"},
+      {"header_twice", train, "a header naming a column twice"},
+      {"val_class", train + "val = \"val.csv\"\n", "a class the train split lacks"},
+      {"empty", train, "an empty file"},
+      {"no_rows", train, "a header without rows"},
+      {"no_file", train, "a file that cannot be opened"}};
+
+  const std::vector<DocsRow> table = docs_table("## `kiln_csv`");
+  ASSERT_GE(table.size(), 10u) << "docs/data.md's table of refused tables, under ## `kiln_csv`";
+  std::set<std::pair<std::string, int>> seen;
   for (const auto& refusal : refusals) {
     SCOPED_TRACE(refusal.name);
-    std::string lines = refusal.data_lines;
-    for (size_t at; (at = lines.find("DATA")) != std::string::npos;) lines.replace(at, 4, data.string());
-    const ProcessResult r = kiln({"fit", manifest(dir, refusal.name, lines, 2).string()}, {.timeout = kTimeout});
+    const auto file = manifest(dir, refusal.name, "path = \"kiln_csv\"\n" + refusal.data_lines, 2);
+    const ProcessResult r = kiln({"fit", file.string()}, {.cwd = data / "bad" / refusal.name, .timeout = kTimeout});
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find(refusal.expected), std::string::npos) << r.output;
+    seen.insert({refusal.docs_row, expect_docs_quote(table, refusal.docs_row, r.output)});
     EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
     EXPECT_FALSE(std::filesystem::exists(dir / refusal.name)) << "nothing written";
   }
+  expect_every_row_seen(table, seen, true);
 }
 
 }  // namespace

@@ -7,7 +7,11 @@
 // line, exit 2, nothing written.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <set>
+
 #include "common.hpp"
+#include "docs_table.hpp"
 
 namespace kiln::test {
 namespace {
@@ -194,88 +198,142 @@ TEST(ImageFolder, AugmentedBatchesAreTheSameWithAnyWorkersOrProcessesAndAfterARe
   EXPECT_TRUE(dumps(resumed) == expected) << "after a resume at step 5: the batches differ";
 }
 
-// A folder with one damaged JPEG: the run stops naming it (exit 1), or with
-// skip_unreadable = true it is replaced, named once and counted per epoch.
+// Each kind of damaged image stops the run naming it (exit 1) with a line
+// docs/data.md's table of damaged images quotes for it; with skip_unreadable
+// = true a damaged JPEG is replaced, named once and counted per epoch, in
+// the lines that table quotes. Every row of the table, and every line a row
+// quotes, is some case's (a row added without a case fails here).
 TEST(ImageFolderDamaged, StopsTheRunNamingItOrIsSkippedAndCounted) {
   KILN_REQUIRE_CHECK_PYTHON();
   TempDir dir;
   make_own_data(dir);
-  const auto bad = dir / "data" / "images" / "train" / "square" / "square_004.jpg";
-  const std::string bytes = read_file(bad);
-  write_file(bad, bytes.substr(0, bytes.size() / 2));
+  const std::vector<DocsRow> table = docs_table("## `kiln_image_folder`", "| a damaged image | the line says |");
+  ASSERT_GE(table.size(), 5u) << "docs/data.md's table of damaged images, under ## `kiln_image_folder`";
+  std::set<std::pair<std::string, int>> seen;
+  const auto square = dir / "data" / "images" / "train" / "square";
+  const auto halve = [](const std::filesystem::path& file) {
+    const std::string bytes = read_file(file);
+    write_file(file, bytes.substr(0, bytes.size() / 2));
+  };
+  struct Damage {
+    std::string file;  // under data/images/train
+    std::function<void(const std::filesystem::path&)> damage;
+    std::string docs_row;
+  };
+  const std::string truncated = "a truncated JPEG or PNG";
+  const std::string not_an_image = "a file that is neither a JPEG nor a PNG, or is empty";
+  const std::vector<Damage> damages{
+      {"square/square_004.jpg", halve, truncated},
+      {"square/square_002.png", halve, truncated},
+      {"square/square_005.png", [](const auto& file) { write_file(file, "not an image\n"); }, not_an_image},
+      {"square/square_003.jpg", [](const auto& file) { write_file(file, ""); }, not_an_image},
+      {"square/zz_dangling.png",
+       [&](const auto& file) { std::filesystem::create_symlink(dir / "no_such_file.png", file); },
+       "a file that cannot be opened (a dangling link)"}};
   const std::string run = (dir / "run").string();
   const std::vector<std::string> args{"fit", example("images.toml").string(), "--set", "run.dir=" + run, "--set",
                                       "trainer.max_epochs=2", "--set", "trainer.progress=none"};
-  ProcessResult r = kiln_in(dir.path(), args);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("square/square_004.jpg': not a readable JPEG"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("skip_unreadable = true"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("frame #"), std::string::npos) << r.output;
-  std::filesystem::remove_all(dir / "run");
+  for (const auto& d : damages) {
+    SCOPED_TRACE(d.file);
+    const auto file = dir / "data" / "images" / "train" / d.file;
+    const bool existed = std::filesystem::exists(file);
+    const std::string bytes = existed ? read_file(file) : "";
+    d.damage(file);
+    const ProcessResult r = kiln_in(dir.path(), args);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    seen.insert({d.docs_row, expect_docs_quote(table, d.docs_row, r.output)});
+    EXPECT_NE(r.output.find(d.file + "': "), std::string::npos) << "names the file\n" << r.output;
+    EXPECT_EQ(r.output.find("frame #"), std::string::npos) << r.output;
+    std::filesystem::remove_all(dir / "run");
+    std::filesystem::remove(file);
+    if (existed) write_file(file, bytes);
+  }
+  halve(square / "square_004.jpg");
   std::vector<std::string> skip = args;
   skip.insert(skip.end(), {"--set", "data.skip_unreadable=true"});
-  r = kiln_in(dir.path(), skip);
+  const ProcessResult r = kiln_in(dir.path(), skip);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string row : {"with `skip_unreadable = true`: the file, named once",
+                                "with `skip_unreadable = true`: the count"})
+    seen.insert({row, expect_docs_quote(table, row, r.output)});
   EXPECT_NE(r.output.find("skipped: '"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("unreadable image replaced by the next readable one in epoch 0"), std::string::npos)
-      << r.output;
   EXPECT_NE(r.output.find("in epoch 1 (skip_unreadable)"), std::string::npos) << r.output;
+  expect_every_row_seen(table, seen, true);
 }
 
 struct Refusal {
   const char* name;
-  std::string data;  // the [data] table's keys after path
-  const char* expected;
+  std::string data;      // the [data] table's keys after path, run in data/ (paths under images/)
+  std::string docs_row;  // the 'what' cell of docs/data.md's row that quotes the line
+  std::function<void(const std::filesystem::path&)> prepare = nullptr;  // given data/images
 };
 
 void PrintTo(const Refusal& c, std::ostream* os) { *os << c.name; }
 
+std::vector<Refusal> refusals() {
+  return {
+      {"NoSuchFolder", "train = \"images/nope\"\n", "a missing folder"},
+      {"AFileForAFolder", "train = \"images/train/circle/circle_000.jpg\"\n", "a file where the folder should be"},
+      {"NoClassFolders", "train = \"images/train/circle\"\n", "a folder without class folders"},
+      {"ClassWithoutImages", "train = \"images/train\"\n", "a class folder without images",
+       [](const std::filesystem::path& images) { std::filesystem::create_directories(images / "train" / "a"); }},
+      {"ClassWithOtherFilesOnly", "train = \"images/train\"\n", "a class folder without images",
+       [](const std::filesystem::path& images) { write_file(images / "train" / "a" / "notes.txt", "not an image\n"); }},
+      {"ValClassNotInTrain", "train = \"images/train\"\nval = \"images/val\"\n", "a val/test class train lacks",
+       [](const std::filesystem::path& images) {
+         write_file(images / "val" / "hexagon" / "h.png", read_file(images / "test" / "circle" / "circle_002.png"));
+       }},
+      {"UnknownTransform", "train = \"images/train\"\ntransforms = [{ name = \"rotate\" }]\n", "an unknown transform"},
+      {"ATransformKeyTypo",
+       "train = \"images/train\"\ntransforms = [{ name = \"center_crop\", size = 8, sise = 3 }]\n",
+       "an unknown transform key"},
+      {"NormalizeOfTheWrongWidth",
+       "train = \"images/train\"\ntransforms = [{ name = \"normalize\", mean = [0.5], std = [0.2] }]\n",
+       "`normalize` without one mean and std per channel"},
+      {"RandomWithoutEvalTransforms",
+       "train = \"images/train\"\ntransforms = [{ name = \"random_resized_crop\", size = 32 }]\n",
+       "a random `transforms` without `eval_transforms`"},
+      {"TwoChannels", "train = \"images/train\"\nchannels = 2\n", "`channels` other than 1, 3 or 4"}};
+}
+
 class ImageFolderRefuse : public testing::TestWithParam<Refusal> {};
 
-// Each bad folder or transform: one line naming it, exit 2, nothing written.
+// Each bad folder or transform: exit 2, nothing written, and one line
+// naming it: the line docs/data.md's table of refusals quotes for it.
 TEST_P(ImageFolderRefuse, EachBadFolderOrTransformWithOneLineExit2AndNothingWritten) {
   KILN_REQUIRE_CHECK_PYTHON();
   const Refusal& c = GetParam();
   TempDir dir;
   make_own_data(dir);
-  std::filesystem::create_directories(dir / "data" / "images" / "empty_class" / "a");
-  std::filesystem::create_directories(dir / "data" / "images" / "stray" / "hexagon");
-  write_file(dir / "data" / "images" / "stray" / "hexagon" / "h.png", read_file(dir / "data" / "images" / "test" / "circle" / "circle_002.png"));
-  std::filesystem::create_directories(dir / "data" / "images" / "empty_class" / "b");
-  write_file(dir / "data" / "images" / "empty_class" / "b" / "notes.txt", "not an image\n");
+  if (c.prepare) c.prepare(dir / "data" / "images");
   write_file(dir / "run.toml", "[run]\ndir = \"" + (dir / "run").string() +
                                    "\"\n\n[model]\npath = \"kiln_cnn\"\nin_channels = 3\nimage_size = 32\nclasses = 3\n\n"
                                    "[data]\npath = \"kiln_image_folder\"\n" + c.data +
                                    "\n[trainer]\nmax_epochs = 1\nprogress = \"none\"\n");
   const auto before = snapshot(dir.path());
-  const ProcessResult r = kiln_in(dir.path(), {"fit", (dir / "run.toml").string()});
+  const ProcessResult r = kiln_in(dir / "data", {"fit", (dir / "run.toml").string()});
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.expected << "\n" << r.output;
+  expect_docs_quote(docs_table("## `kiln_image_folder`"), c.docs_row, r.output);
   EXPECT_EQ(r.output.find("frame #"), std::string::npos) << r.output;
   EXPECT_TRUE(snapshot(dir.path()) == before) << "something was written";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    ImageFolder, ImageFolderRefuse,
-    testing::Values(
-        Refusal{"NoSuchFolder", "train = \"data/images/nope\"\n", "'data/images/nope': no such directory"},
-        Refusal{"ClassWithoutImages", "train = \"data/images/empty_class\"\n",
-                "class 'a' has no .jpg, .jpeg or .png file"},
-        Refusal{"ValClassNotInTrain", "train = \"data/images/train\"\nval = \"data/images/stray\"\n",
-                "class 'hexagon' is not one of train's classes"},
-        Refusal{"UnknownTransform", "train = \"data/images/train\"\ntransforms = [{ name = \"rotate\" }]\n",
-                "unknown transform 'rotate'"},
-        Refusal{"NormalizeOfTheWrongWidth",
-                "train = \"data/images/train\"\ntransforms = [{ name = \"normalize\", mean = [0.5], std = [0.2] }]\n",
-                "'mean' and 'std' have one value per channel (3"},
-        Refusal{"RandomWithoutEvalTransforms",
-                "train = \"data/images/train\"\ntransforms = [{ name = \"random_resized_crop\", size = 32 }]\n",
-                "give 'eval_transforms' for val, test and predict"},
-        Refusal{"TwoChannels", "train = \"data/images/train\"\nchannels = 2\n", "'channels' is 1 (greyscale), 3"},
-        Refusal{"ATransformKeyTypo",
-                "train = \"data/images/train\"\ntransforms = [{ name = \"center_crop\", size = 8, sise = 3 }]\n",
-                "'transforms[0]': unknown key 'sise'"}),
-    [](const testing::TestParamInfo<Refusal>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(ImageFolder, ImageFolderRefuse, testing::ValuesIn(refusals()),
+                         [](const testing::TestParamInfo<Refusal>& info) { return std::string(info.param.name); });
+
+// Every row of docs/data.md's table of refusals is some case's (a row added
+// without a case fails here).
+TEST(ImageFolderRefuseDocs, EveryRowOfTheTableIsACase) {
+  const std::vector<DocsRow> table = docs_table("## `kiln_image_folder`");
+  ASSERT_GE(table.size(), 8u) << "docs/data.md's table of refusals, under ## `kiln_image_folder`";
+  std::set<std::pair<std::string, int>> seen;
+  for (const Refusal& c : refusals()) {
+    EXPECT_NE(docs_row(table, c.docs_row), nullptr)
+        << c.name << ": docs/data.md's table has no row '" << c.docs_row << "'";
+    seen.insert({c.docs_row, 0});
+  }
+  expect_every_row_seen(table, seen, false);
+}
 
 }  // namespace
 }  // namespace kiln::test
