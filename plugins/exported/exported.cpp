@@ -1,0 +1,121 @@
+// kiln.exported — trains a model written in Python, from its torch.export
+// programs, with no Python in the run (docs/models.md, "Your model from
+// Python"). python/kiln_export.py writes the `.pt2`: the training-mode and
+// evaluation-mode programs of the module (Dropout and BatchNorm differ), a
+// dynamic batch dimension, and its state_dict's parameters and buffers.
+//
+// [model]
+// path = "kiln_exported"
+// program = "model.pt2"        # relative to where kiln runs, as data paths are
+// loss = "cross_entropy"        # the program's output are logits [N, classes]
+//
+// The parameters and buffers become this module's, under their state_dict
+// names (fc1.weight, bn.running_mean): optimizer groups, clipping, EMA/SWA,
+// checkpoints and `kiln export` see them as any C++ model's, and an exported
+// safetensors file loads into the Python module with load_state_dict. The
+// training program runs in training, the evaluation program in validation,
+// test and predict; buffers a program updates (BatchNorm's running
+// statistics, num_batches_tracked) are this module's own tensors, updated
+// in place. Dropout draws from LibTorch's default generator, which kiln
+// seeds, so seeds and resume keep their guarantees.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "graph_program.hpp"
+#include "kiln/plugin.hpp"
+#include "kiln_plugins/classifier.hpp"
+#include "pt2_archive.hpp"
+
+#ifndef KILN_EXPORTED_TORCH_VERSION
+#error "KILN_EXPORTED_TORCH_VERSION: the LibTorch version this plugin is built against"
+#endif
+
+namespace {
+
+constexpr const char* kId = "kiln.exported";
+
+// A module tree named as the Python module's: "bn.running_mean" is buffer
+// running_mean of submodule bn.
+torch::nn::Module& submodule_for(torch::nn::Module& root, const std::string& fqn, std::string* leaf) {
+  torch::nn::Module* at = &root;
+  size_t begin = 0;
+  for (size_t dot = fqn.find('.'); dot != std::string::npos; begin = dot + 1, dot = fqn.find('.', begin)) {
+    const std::string part = fqn.substr(begin, dot - begin);
+    std::shared_ptr<torch::nn::Module> child;
+    for (const auto& item : at->named_children())
+      if (item.key() == part) child = item.value();
+    if (!child) child = at->register_module(part, std::make_shared<torch::nn::Module>(part));
+    at = child.get();
+  }
+  *leaf = fqn.substr(begin);
+  return *at;
+}
+
+class Exported final : public kiln_plugins::Classifier {
+ public:
+  Exported(const kiln::Host& host, kiln::Config& config) : Classifier(host) {
+    path_ = config.get<std::string>("program", "");
+    if (path_.empty())
+      throw kiln::ConfigError("'program' must name the .pt2 that python/kiln_export.py wrote");
+    const std::string loss = config.get<std::string>("loss", "cross_entropy");
+    if (loss != "cross_entropy")
+      throw kiln::ConfigError("'loss' must be \"cross_entropy\" (the program's output are class logits), not \"" +
+                              loss + "\"");
+    std::map<std::string, kiln_exported::Pt2Program> programs;
+    try {
+      programs = kiln_exported::read_pt2(path_, KILN_EXPORTED_TORCH_VERSION);
+      for (const char* needed : {"train", "eval"})
+        if (!programs.count(needed))
+          throw kiln_exported::Pt2Error("'" + path_ + "' has no '" + needed +
+                                        "' program; write it with python/kiln_export.py, which exports both");
+      // The training program's copies become the module's tensors; the
+      // evaluation program reads the same ones by name.
+      std::map<std::string, at::Tensor> state;
+      for (auto& [fqn, weight] : programs.at("train").weights) {
+        std::string leaf;
+        torch::nn::Module& owner = submodule_for(net_, fqn, &leaf);
+        state[fqn] = weight.is_param ? owner.register_parameter(leaf, weight.value, /*requires_grad=*/true)
+                                     : owner.register_buffer(leaf, weight.value);
+      }
+      train_ = std::make_unique<kiln_exported::GraphProgram>(*programs.at("train").program, path_, "train", state,
+                                                             programs.at("train").constants);
+      eval_ = std::make_unique<kiln_exported::GraphProgram>(*programs.at("eval").program, path_, "eval", state,
+                                                            programs.at("eval").constants);
+    } catch (const kiln_exported::Pt2Error& e) {
+      throw kiln::InvalidInput(e.what());
+    }
+    if (train_->input_shapes().size() != 1)
+      throw kiln::InvalidInput("'" + path_ + "': the program takes " + std::to_string(train_->input_shapes().size()) +
+                               " inputs; kiln.exported passes the batch's \"input\" alone (export forward(x))");
+    std::string ops;
+    for (const auto& [op, count] : train_->operators()) ops += (ops.empty() ? "" : ", ") + op + " x" + std::to_string(count);
+    host.info("model '" + std::string(kId) + "': " + path_ + ", training program of " +
+              std::to_string(train_->node_count()) + " nodes: " + ops);
+  }
+
+  torch::nn::Module& module() override { return net_; }
+
+ protected:
+  at::Tensor forward(const at::Tensor& input) override {
+    const kiln_exported::GraphProgram& program = net_.is_training() ? *train_ : *eval_;
+    std::vector<at::Tensor> out = program.run({input});
+    if (out.size() != 1)
+      throw kiln::InvalidInput("'" + path_ + "': the program returns " + std::to_string(out.size()) +
+                               " outputs; kiln.exported takes one, the logits");
+    return out[0];
+  }
+
+ private:
+  std::string path_;
+  torch::nn::Module net_{"Exported"};
+  std::unique_ptr<kiln_exported::GraphProgram> train_, eval_;
+};
+
+}  // namespace
+
+KILN_EXPORT_PLUGINS(kiln::describe<Exported>({kId, "Exported program", "0.1.0",
+                                              "A model written in Python, trained from its torch.export programs"}))

@@ -1,0 +1,252 @@
+// kiln_exported (plugins/exported) against PyTorch itself: a model written
+// in Python (an MLP with BatchNorm and Dropout), exported by
+// python/kiln_export.py, trained by kiln with no Python in the run. From the
+// same initial weights and the same batches kiln's per-step losses are a
+// plain PyTorch eager loop's; the weights kiln exports load into the Python
+// module with load_state_dict(strict=True), and its eval outputs are kiln's
+// predictions; with dropout the same seed gives the same losses run to run;
+// a mid-epoch resume is bitwise the uninterrupted run. What kiln cannot run
+// is refused in one line, exit 2. LibTorch 2.x only: the wheel's variant
+// runs these (against Debian's 1.13 the plugin is not built, and they skip).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "checkpoint_sections.hpp"
+#include "common.hpp"
+#include "logged_files.hpp"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(600);
+
+#define KILN_REQUIRE_EXPORTED_PLUGIN()                                                                  \
+  do {                                                                                                  \
+    if (!std::filesystem::exists(plugin_dir() / "libkiln_exported.so"))                                 \
+      GTEST_SKIP() << "kiln_exported is built against LibTorch 2.x only (./go test --torch wheel runs " \
+                      "these)";                                                                         \
+    KILN_REQUIRE_CHECK_PYTHON();                                                                        \
+  } while (0)
+
+// The model, its data and its export, written by the checking Python (the
+// torch wheel's): model.pt2, init.pt (the initial state_dict), train.safetensors
+// (x, y: 160 rows) and test.safetensors (x, y: 40 rows).
+const char* kModel = R"PY(
+import sys, torch
+from torch import nn
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+
+class Net(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.bn = nn.BatchNorm1d(16)
+        self.drop = nn.Dropout(p)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.fc2(self.drop(torch.relu(self.bn(self.fc1(x)))))
+
+def data(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=g)
+    return x, ((x[:, 0] > 0).long() + (x[:, 1] > 0.5).long())
+)PY";
+
+const char* kExport = R"PY(
+dropout = float(sys.argv[3])
+torch.manual_seed(0)
+model = Net(dropout)
+torch.save(model.state_dict(), sys.argv[2] + "/init.pt")
+from safetensors.torch import save_file
+for split, n, seed in (("train", 160, 1), ("test", 40, 2)):
+    x, y = data(n, seed)
+    save_file({"x": x, "y": y}, f"{sys.argv[2]}/{split}.safetensors")
+kiln_export.export(model, data(4, 3)[0], sys.argv[2] + "/model.pt2")
+print("exported")
+)PY";
+
+// The eager loop: the same batches in order (kiln with shuffle = false),
+// SGD, one thread as kiln runs. Prints one loss a step.
+const char* kEager = R"PY(
+torch.set_num_threads(1)
+model = Net(0.0)
+model.load_state_dict(torch.load(sys.argv[2] + "/init.pt"))
+model.train()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = data(160, 1)
+for epoch in range(2):
+    for i in range(0, 160, 16):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x[i:i + 16]), y[i:i + 16])
+        loss.backward()
+        opt.step()
+        print("loss", repr(loss.item()))
+)PY";
+
+// kiln's exported weights into the Python module, strictly, and its eval
+// outputs against kiln's predictions.
+const char* kRoundTrip = R"PY(
+from safetensors.torch import load_file
+model = Net(0.0)
+state = load_file(sys.argv[2] + "/weights.safetensors")
+model.load_state_dict(state, strict=True)
+model.eval()
+x, _ = data(40, 2)
+with torch.no_grad():
+    want = torch.softmax(model(x), dim=1)
+got = torch.load(sys.argv[4], weights_only=True)
+print("max_abs_diff", float((want - got).abs().max()))
+print("running_mean_norm", float(model.bn.running_mean.norm()), "batches_tracked", int(model.bn.num_batches_tracked))
+)PY";
+
+ProcessResult python(const TempDir& dir, const std::string& body, const std::vector<std::string>& args) {
+  write_file(dir / "script.py", std::string(kModel) + body);
+  std::vector<std::string> argv{check_python().string(), (dir / "script.py").string(),
+                                (source_dir() / "python").string(), dir.path().string()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, {.timeout = kTimeout});
+}
+
+std::filesystem::path manifest(const TempDir& dir, const std::string& extra = "") {
+  write_file(dir / "run.toml", "[run]\nname = \"exported\"\ndir = \"" + (dir / "run").string() +
+                                   "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
+                                   (dir / "model.pt2").string() +
+                                   "\"\n\n[data]\npath = \"kiln_arrays\"\ntrain = \"" +
+                                   (dir / "train.safetensors").string() + "\"\ntest = \"" +
+                                   (dir / "test.safetensors").string() +
+                                   "\"\ninput = \"x\"\ntarget = \"y\"\n\n[trainer]\nmax_epochs = 2\nbatch_size = 16\n"
+                                   "shuffle = false\nlog_every_n_steps = 1\nprogress = \"none\"\ndata_workers = 0\n" +
+                                   extra + "\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n\n[checkpoint]\n\n"
+                                   "[logging]\nloggers = [\"csv\", \"jsonl\"]\n");
+  return dir / "run.toml";
+}
+
+std::vector<double> step_losses(const std::filesystem::path& jsonl) {
+  std::vector<double> out;
+  for (const auto& row : read_jsonl(jsonl))
+    if (row.at("kind") == "step") out.push_back(std::stod(row.at("train/loss_step")));
+  return out;
+}
+
+TEST(Exported, AnMlpWithBatchNormTrainsAsEagerPyTorchAndItsWeightsLoadBack) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  const ProcessResult exported = python(dir, kExport, {"0.0"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const ProcessResult fit = kiln_fit(manifest(dir), {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_NE(fit.output.find("aten::batch_norm"), std::string::npos) << fit.output;
+
+  const ProcessResult eager = python(dir, kEager, {});
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  std::vector<double> want;
+  std::istringstream lines(eager.output);
+  for (std::string word; lines >> word;)
+    if (word == "loss") {
+      double v = 0;
+      lines >> v;
+      want.push_back(v);
+    }
+  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 20u) << eager.output;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+
+  // The round trip: kiln's weights into the Python module, and its outputs.
+  const auto last = dir / "run" / "checkpoints" / "last.ckpt";
+  const ProcessResult weights = kiln({"export", last.string(), "-o", (dir / "weights.safetensors").string()});
+  ASSERT_EQ(weights.exit_code, 0) << weights.output;
+  const ProcessResult predicted = kiln({"predict", (dir / "run.toml").string(), "--ckpt", "last"});
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
+  const ProcessResult back =
+      python(dir, kRoundTrip, {"0.0", (dir / "run" / "predictions.pt").string()});
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  const size_t at = back.output.find("max_abs_diff ");
+  ASSERT_NE(at, std::string::npos) << back.output;
+  EXPECT_LT(std::stod(back.output.substr(at + 13)), 1e-5) << back.output;
+  // BatchNorm's statistics were trained (updated in place by the program).
+  EXPECT_NE(back.output.find("batches_tracked 20"), std::string::npos) << back.output;
+}
+
+TEST(Exported, WithDropoutTheSameSeedGivesTheSameLossesAndAResumeIsBitwise) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir a, b;
+  for (const TempDir* dir : {&a, &b}) {
+    const ProcessResult exported = python(*dir, kExport, {"0.3"});
+    ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  }
+  ASSERT_EQ(kiln_fit(manifest(a), {}, kTimeout).exit_code, 0);
+  // b stops inside epoch 1 and resumes.
+  const ProcessResult stopped = kiln_fit(manifest(b), {"--set", "trainer.max_steps=13"}, kTimeout);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const ProcessResult resumed = kiln_fit(manifest(b), {"--resume", "last"}, kTimeout);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto la = step_losses(a / "run" / "metrics.jsonl"), lb = step_losses(b / "run" / "metrics.jsonl");
+  ASSERT_EQ(la.size(), 20u);
+  EXPECT_EQ(la, lb);
+  EXPECT_TRUE(sections(a / "run" / "checkpoints" / "last.ckpt", "param/") ==
+              sections(b / "run" / "checkpoints" / "last.ckpt", "param/"));
+  // Dropout is on: the losses differ from the same model without it.
+  TempDir c;
+  ASSERT_EQ(python(c, kExport, {"0.0"}).exit_code, 0);
+  ASSERT_EQ(kiln_fit(manifest(c), {}, kTimeout).exit_code, 0);
+  EXPECT_NE(step_losses(c / "run" / "metrics.jsonl"), la);
+}
+
+// One line naming the archive and the problem, exit 2, no run directory.
+void expect_refused(const TempDir& dir, const std::string& expected) {
+  const ProcessResult r = kiln_fit(manifest(dir), {}, kTimeout);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const auto at = r.output.find("kiln: error: ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+  EXPECT_NE(line.find(expected), std::string::npos) << line;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run")) << r.output;
+}
+
+// Rewrites the archive's programs (models/*.json) as `edit` says: the
+// damage a test does is the program's, not the zip's (whose checksums the
+// reader checks).
+const char* kEditArchive = R"PY(
+import json, zipfile
+source, target, what = sys.argv[2] + "/good.pt2", sys.argv[2] + "/model.pt2", sys.argv[3]
+with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zout:
+    for info in zin.infolist():
+        data = zin.read(info.filename)
+        if "/models/" in info.filename and info.filename.endswith(".json"):
+            program = json.loads(data)
+            if what == "unknown_op":
+                for node in program["graph_module"]["graph"]["nodes"]:
+                    if node["target"] == "torch.ops.aten.relu.default":
+                        node["target"] = "torch.ops.aten.relx.default"
+            elif what == "newer":
+                program["torch_version"] = "9.0.0"
+            data = json.dumps(program).encode()
+        zout.writestr(info.filename, data)
+)PY";
+
+TEST(Exported, WhatCannotBeRunIsRefusedInOneLine) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  ASSERT_EQ(python(dir, kExport, {"0.0"}).exit_code, 0);
+  const std::string good = read_file(dir / "model.pt2");
+  write_file(dir / "good.pt2", good);
+  // Not a .pt2 at all, and a truncated one.
+  write_file(dir / "model.pt2", "not a zip archive");
+  expect_refused(dir, "is not a .pt2 package or is truncated");
+  write_file(dir / "model.pt2", good.substr(0, good.size() / 2));
+  expect_refused(dir, "is not a .pt2 package or is truncated");
+  // An operator this LibTorch does not have, named with its node.
+  ASSERT_EQ(python(dir, kEditArchive, {"unknown_op"}).exit_code, 0);
+  expect_refused(dir, "node 'relu' (torch.ops.aten.relx.default) calls aten::relx");
+  // A program written by a newer torch.
+  ASSERT_EQ(python(dir, kEditArchive, {"newer"}).exit_code, 0);
+  expect_refused(dir, "written by torch 9.0.0, newer than this kiln's LibTorch");
+}
+
+}  // namespace
+}  // namespace kiln::test
