@@ -9,6 +9,10 @@
 // program = "model.pt2"        # relative to where kiln runs, as data paths are
 // loss = "cross_entropy"        # the program's output are logits [N, classes]
 //
+// A language model's program returns logits [N, T, vocabulary] for tokens
+// [N, T] (kiln_token_stream's batches): the cross-entropy is then over every
+// position, and val/loss and val/acc are per token.
+//
 // The parameters and buffers become this module's, under their state_dict
 // names (fc1.weight, bn.running_mean): optimizer groups, clipping, EMA/SWA,
 // checkpoints and `kiln export` see them as any C++ model's, and an exported
@@ -99,6 +103,29 @@ class Exported final : public kiln_plugins::Classifier {
 
   torch::nn::Module& module() override { return net_; }
 
+  // A sequence's logits [N, T, V] against its targets [N, T]: every
+  // position is a prediction. Class logits [N, C] are the classifier's.
+  at::Tensor training_step(const kiln::Batch& batch, int64_t index) override {
+    if (batch["target"].dim() != 2) return Classifier::training_step(batch, index);
+    const at::Tensor logits = forward(batch["input"]);
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), batch["target"].reshape({-1}));
+  }
+  void validation_step(const kiln::Batch& batch, int64_t index) override {
+    if (batch["target"].dim() != 2) return Classifier::validation_step(batch, index);
+    evaluate_tokens(batch, "val/");
+  }
+  void test_step(const kiln::Batch& batch, int64_t index) override {
+    if (batch["target"].dim() != 2) return Classifier::test_step(batch, index);
+    evaluate_tokens(batch, "test/");
+  }
+  // A language model predicts the next token's probabilities at each
+  // prompt's end.
+  at::Tensor predict_step(const kiln::Batch& batch, int64_t index) override {
+    if (batch["input"].dim() != 2 || batch["input"].is_floating_point()) return Classifier::predict_step(batch, index);
+    const at::Tensor logits = forward(batch["input"]);
+    return torch::softmax(logits.select(1, logits.size(1) - 1), /*dim=*/1);
+  }
+
  protected:
   at::Tensor forward(const at::Tensor& input) override {
     const kiln_exported::GraphProgram& program = net_.is_training() ? *train_ : *eval_;
@@ -110,6 +137,16 @@ class Exported final : public kiln_plugins::Classifier {
   }
 
  private:
+  void evaluate_tokens(const kiln::Batch& batch, const std::string& prefix) {
+    const at::Tensor logits = forward(batch["input"]);
+    const at::Tensor target = batch["target"].reshape({-1});
+    const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
+    const double tokens = static_cast<double>(target.size(0));
+    if (tokens == 0) return;
+    host().log_metric(prefix + "loss", torch::nn::functional::cross_entropy(flat, target), tokens);
+    host().log_metric(prefix + "acc", flat.argmax(1).eq(target).to(torch::kDouble).mean(), tokens);
+  }
+
   std::string path_;
   torch::nn::Module net_{"Exported"};
   std::unique_ptr<kiln_exported::GraphProgram> train_, eval_;

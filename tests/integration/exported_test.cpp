@@ -234,6 +234,112 @@ TEST(Exported, TwoProcessesMatchOneAndBf16MixedTrains) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 0.05 * want[i] + 0.01) << "step " << i + 1;
 }
 
+// A GPT-style decoder written in the test (token and position embeddings,
+// LayerNorm, causal scaled_dot_product_attention over split heads, a head
+// tied to the token embedding), exported and trained on kiln_token_stream:
+// its 20 steps' losses are an eager PyTorch loop's over the same windows.
+const char* kGpt = R"PY(
+import math, sys, torch
+from torch import nn
+from torch.nn import functional as F
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+
+V, T, D, H = 256, 32, 32, 2
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
+        q, k, v = (z.view(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, D))
+        return x + self.mlp(self.ln2(x))
+
+class Gpt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.ln = nn.LayerNorm(D)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln(x), self.tok.weight)  # the head tied to the embedding
+
+dir = sys.argv[2]
+text = (b"In the beginning was the word, and the word was with kiln. " * 40)
+if sys.argv[3] == "export":
+    open(dir + "/tokens.txt", "wb").write(text)
+    torch.manual_seed(0)
+    model = Gpt()
+    torch.save(model.state_dict(), dir + "/init.pt")
+    kiln_export.export(model, torch.zeros(2, T, dtype=torch.long), dir + "/model.pt2")
+else:
+    torch.set_num_threads(1)
+    model = Gpt()
+    model.load_state_dict(torch.load(dir + "/init.pt"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    tokens = torch.tensor(list(text), dtype=torch.long)
+    for epoch in range(2):
+        for b in range(10):
+            x = torch.stack([tokens[i:i + T] for i in range(8 * b, 8 * b + 8)])
+            y = torch.stack([tokens[i + 1:i + T + 1] for i in range(8 * b, 8 * b + 8)])
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            print("loss", repr(loss.item()))
+)PY";
+
+TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  write_file(dir / "gpt.py", kGpt);
+  auto run_python = [&](const char* what) {
+    return run_process({check_python().string(), (dir / "gpt.py").string(), (source_dir() / "python").string(),
+                        dir.path().string(), what},
+                       {.timeout = kTimeout});
+  };
+  const ProcessResult exported = run_python("export");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  write_file(dir / "run.toml", "[run]\nname = \"gpt\"\ndir = \"" + (dir / "run").string() +
+                                   "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
+                                   (dir / "model.pt2").string() + "\"\n\n[data]\npath = \"kiln_token_stream\"\nfile = \"" +
+                                   (dir / "tokens.txt").string() +
+                                   "\"\nblock_size = 32\nval_fraction = 0.1\n\n[trainer]\nmax_epochs = 2\nbatch_size = 8\n"
+                                   "shuffle = false\nlimit_train_batches = 10\nlog_every_n_steps = 1\nprogress = \"none\"\n"
+                                   "data_workers = 0\n\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n\n"
+                                   "[logging]\nloggers = [\"csv\", \"jsonl\"]\n");
+  const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_NE(fit.output.find("aten::scaled_dot_product_attention"), std::string::npos) << fit.output;
+  const ProcessResult eager = run_python("eager");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  std::vector<double> want;
+  std::istringstream lines(eager.output);
+  for (std::string word; lines >> word;)
+    if (word == "loss") {
+      double v = 0;
+      lines >> v;
+      want.push_back(v);
+    }
+  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 20u) << eager.output;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+  // Validated per token.
+  EXPECT_GT(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), 0) << fit.output;
+}
+
 // One line naming the archive and the problem, exit 2, no run directory.
 void expect_refused(const TempDir& dir, const std::string& expected) {
   const ProcessResult r = kiln_fit(manifest(dir), {}, kTimeout);
