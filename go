@@ -33,6 +33,8 @@ BUILD_DIR=${KILN_BUILD_DIR:-build}
 # pulls NVIDIA's runtime wheels too (about 5.4 GB in all); no GPU is needed
 # to build or run on CPU.
 TORCH_WHEEL_VERSION=2.14.1
+# torchvision's release for that torch (the tests' resnet18 only).
+TORCHVISION_WHEEL_VERSION=0.29.1
 TORCH_VENV=${KILN_TORCH_VENV:-.venv-torch}
 TORCH=debian
 # The readers tests check kiln's files with (never used by kiln itself).
@@ -97,10 +99,13 @@ install_check_python() {
     [ -x "$py" ] || /usr/bin/python3 -m venv --system-site-packages "$CHECK_VENV"
   fi
   # Pillow pinned: the images' reference decodes and resizes (tests/images).
-  if ! "$py" -c "import tensorboard, safetensors, torch, sklearn, PIL; assert PIL.__version__ == '12.3.0'" 2>/dev/null; then
+  local also=""
+  [ "$TORCH" = wheel ] && also="import torchvision; assert torchvision.__version__.split('+')[0] == '$TORCHVISION_WHEEL_VERSION';"
+  if ! "$py" -c "import tensorboard, safetensors, torch, sklearn, PIL; assert PIL.__version__ == '12.3.0'; $also" 2>/dev/null; then
     local pip=("${CHECK_PIP[@]}")
-    # The wheel's venv does not see Debian's python3-sklearn.
-    [ "$TORCH" = wheel ] && pip+=(scikit-learn==1.5.2)
+    # The wheel's venv does not see Debian's python3-sklearn; torchvision:
+    # integration.Exported's resnet18 (the release that goes with the torch).
+    [ "$TORCH" = wheel ] && pip+=(scikit-learn==1.5.2 torchvision==$TORCHVISION_WHEEL_VERSION)
     echo "go: installing ${pip[*]} for the tests' file checks"
     "$py" -m pip install -q --disable-pip-version-check "${pip[@]}"
   fi

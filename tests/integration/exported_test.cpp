@@ -340,6 +340,119 @@ TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
   EXPECT_GT(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), 0) << fit.output;
 }
 
+// torchvision's resnet18 (3 classes), exported and trained on an image
+// folder (PNG, so that kiln's decode is PIL's to the bit): its 20 steps'
+// losses are an eager loop's over torchvision's ImageFolder in the same
+// order, and the trained weights (every BatchNorm's statistics included)
+// load back strictly and give kiln predict's outputs.
+const char* kResnet = R"PY(
+import sys, torch, torchvision
+from torchvision import transforms
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+dir, what = sys.argv[2], sys.argv[3]
+tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize([0.5] * 3, [0.25] * 3)])
+if what == "export":
+    from PIL import Image, ImageDraw
+    g = torch.Generator().manual_seed(5)
+    for split, n in (("train", 24), ("test", 4)):
+        for c, shape in enumerate(("circle", "square", "bar")):
+            import os
+            os.makedirs(f"{dir}/images/{split}/{shape}", exist_ok=True)
+            for i in range(n):
+                noise = (torch.rand(32, 32, 3, generator=g) * 60).to(torch.uint8).numpy()
+                img = Image.fromarray(noise, "RGB")
+                d = ImageDraw.Draw(img)
+                r = 6 + i % 5
+                cx, cy = 10 + (i * 7) % 12, 10 + (i * 5) % 12
+                box = [cx - r, cy - r, cx + r, cy + r]
+                (d.ellipse if shape == "circle" else d.rectangle)(box if shape != "bar" else [cx - 2, 2, cx + 2, 30], fill=(200, 180, 60))
+                img.save(f"{dir}/images/{split}/{shape}/{i:03d}.png")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=3)
+    torch.save(model.state_dict(), dir + "/init.pt")
+    kiln_export.export(model, torch.zeros(2, 3, 32, 32), dir + "/model.pt2")
+elif what == "eager":
+    torch.set_num_threads(1)
+    model = torchvision.models.resnet18(num_classes=3)
+    model.load_state_dict(torch.load(dir + "/init.pt"))
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = torchvision.datasets.ImageFolder(dir + "/images/train", transform=tf)
+    loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=False)
+    steps = 0
+    while steps < 20:
+        for x, y in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            print("loss", repr(loss.item()))
+            steps += 1
+            if steps == 20:
+                break
+else:
+    from safetensors.torch import load_file
+    model = torchvision.models.resnet18(num_classes=3)
+    model.load_state_dict(load_file(dir + "/weights.safetensors"), strict=True)
+    model.eval()
+    data = torchvision.datasets.ImageFolder(dir + "/images/test", transform=tf)
+    x = torch.stack([data[i][0] for i in range(len(data))])
+    with torch.no_grad():
+        want = torch.softmax(model(x), dim=1)
+    got = torch.load(dir + "/run/predictions.pt", weights_only=True)
+    print("max_abs_diff", float((want - got).abs().max()))
+)PY";
+
+TEST(Exported, TorchvisionsResnet18TrainsAsEagerPyTorchOnAnImageFolder) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  write_file(dir / "resnet.py", kResnet);
+  auto run_python = [&](const char* what) {
+    return run_process({check_python().string(), (dir / "resnet.py").string(), (source_dir() / "python").string(),
+                        dir.path().string(), what},
+                       {.timeout = kTimeout});
+  };
+  const ProcessResult exported = run_python("export");
+  if (exported.output.find("No module named 'torchvision'") != std::string::npos)
+    GTEST_SKIP() << "no torchvision beside the checking Python's torch (./go test --torch wheel installs it)";
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  write_file(dir / "run.toml",
+             "[run]\nname = \"resnet\"\ndir = \"" + (dir / "run").string() +
+                 "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
+                 (dir / "model.pt2").string() + "\"\n\n[data]\npath = \"kiln_image_folder\"\ntrain = \"" +
+                 (dir / "images" / "train").string() + "\"\ntest = \"" + (dir / "images" / "test").string() +
+                 "\"\ntransforms = [{ name = \"normalize\", mean = [0.5, 0.5, 0.5], std = [0.25, 0.25, 0.25] }]\n\n"
+                 "[trainer]\nmax_steps = 20\nmax_epochs = -1\nbatch_size = 8\nshuffle = false\nlog_every_n_steps = 1\n"
+                 "progress = \"none\"\ndata_workers = 0\n\n[optimizer]\nname = \"sgd\"\nlr = 0.05\n\n[checkpoint]\n\n"
+                 "[logging]\nloggers = [\"csv\", \"jsonl\"]\n");
+  const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const ProcessResult eager = run_python("eager");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  std::vector<double> want;
+  std::istringstream lines(eager.output);
+  for (std::string word; lines >> word;)
+    if (word == "loss") {
+      double v = 0;
+      lines >> v;
+      want.push_back(v);
+    }
+  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl");
+  ASSERT_EQ(want.size(), 20u) << eager.output;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+  const auto last = dir / "run" / "checkpoints" / "last.ckpt";
+  ASSERT_EQ(kiln({"export", last.string(), "-o", (dir / "weights.safetensors").string()}).exit_code, 0);
+  const ProcessResult predicted = kiln({"predict", (dir / "run.toml").string(), "--ckpt", "last"});
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
+  const ProcessResult back = run_python("back");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  const size_t at = back.output.find("max_abs_diff ");
+  ASSERT_NE(at, std::string::npos) << back.output;
+  EXPECT_LT(std::stod(back.output.substr(at + 13)), 1e-5) << back.output;
+}
+
 // One line naming the archive and the problem, exit 2, no run directory.
 void expect_refused(const TempDir& dir, const std::string& expected) {
   const ProcessResult r = kiln_fit(manifest(dir), {}, kTimeout);
