@@ -105,12 +105,48 @@ print("max_abs_diff", float((want - got).abs().max()))
 print("running_mean_norm", float(model.bn.running_mean.norm()), "batches_tracked", int(model.bn.num_batches_tracked))
 )PY";
 
-ProcessResult python(const TempDir& dir, const std::string& body, const std::vector<std::string>& args) {
-  write_file(dir / "script.py", std::string(kModel) + body);
-  std::vector<std::string> argv{check_python().string(), (dir / "script.py").string(),
-                                (source_dir() / "python").string(), dir.path().string()};
+// A script of the test's, run by the checking Python with the python/
+// folder, the test's directory and `args` as its arguments.
+ProcessResult run_script(const TempDir& dir, const std::string& file, const std::string& text,
+                         const std::vector<std::string>& args) {
+  write_file(dir / file, text);
+  std::vector<std::string> argv{check_python().string(), (dir / file).string(), (source_dir() / "python").string(),
+                                dir.path().string()};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_process(argv, {.timeout = kTimeout});
+}
+
+// The values of the "<key> <value>" lines a script printed, in order.
+std::vector<double> printed(const std::string& output, const std::string& key) {
+  std::vector<double> out;
+  std::istringstream words(output);
+  for (std::string word; words >> word;)
+    if (word == key) {
+      double v = 0;
+      if (words >> v) out.push_back(v);
+    }
+  return out;
+}
+
+// kiln's per-step losses are the eager loop's, 20 of them, to 1e-5 relative.
+void expect_the_eager_losses(const std::vector<double>& got, const ProcessResult& eager) {
+  const std::vector<double> want = printed(eager.output, "loss");
+  ASSERT_EQ(want.size(), 20u) << eager.output;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+}
+
+// A script's "max_abs_diff" line is under 1e-5.
+void expect_the_same_outputs(const ProcessResult& back) {
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  const std::vector<double> diff = printed(back.output, "max_abs_diff");
+  ASSERT_EQ(diff.size(), 1u) << back.output;
+  EXPECT_LT(diff[0], 1e-5) << back.output;
+}
+
+// The MLP's script: its model and data, then `body`.
+ProcessResult python(const TempDir& dir, const std::string& body, const std::vector<std::string>& args) {
+  return run_script(dir, "script.py", std::string(kModel) + body, args);
 }
 
 std::filesystem::path manifest(const TempDir& dir, const std::string& extra = "") {
@@ -145,19 +181,7 @@ TEST(Exported, AnMlpWithBatchNormTrainsAsEagerPyTorchAndItsWeightsLoadBack) {
 
   const ProcessResult eager = python(dir, kEager, {});
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  std::vector<double> want;
-  std::istringstream lines(eager.output);
-  for (std::string word; lines >> word;)
-    if (word == "loss") {
-      double v = 0;
-      lines >> v;
-      want.push_back(v);
-    }
-  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl");
-  ASSERT_EQ(want.size(), 20u) << eager.output;
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+  expect_the_eager_losses(step_losses(dir / "run" / "metrics.jsonl"), eager);
 
   // The round trip: kiln's weights into the Python module, and its outputs.
   const auto last = dir / "run" / "checkpoints" / "last.ckpt";
@@ -167,10 +191,7 @@ TEST(Exported, AnMlpWithBatchNormTrainsAsEagerPyTorchAndItsWeightsLoadBack) {
   ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
   const ProcessResult back =
       python(dir, kRoundTrip, {"0.0", (dir / "run" / "predictions.pt").string()});
-  ASSERT_EQ(back.exit_code, 0) << back.output;
-  const size_t at = back.output.find("max_abs_diff ");
-  ASSERT_NE(at, std::string::npos) << back.output;
-  EXPECT_LT(std::stod(back.output.substr(at + 13)), 1e-5) << back.output;
+  expect_the_same_outputs(back);
   // BatchNorm's statistics were trained (updated in place by the program).
   EXPECT_NE(back.output.find("batches_tracked 20"), std::string::npos) << back.output;
 }
@@ -303,12 +324,7 @@ else:
 TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
   KILN_REQUIRE_EXPORTED_PLUGIN();
   TempDir dir;
-  write_file(dir / "gpt.py", kGpt);
-  auto run_python = [&](const char* what) {
-    return run_process({check_python().string(), (dir / "gpt.py").string(), (source_dir() / "python").string(),
-                        dir.path().string(), what},
-                       {.timeout = kTimeout});
-  };
+  auto run_python = [&](const char* what) { return run_script(dir, "gpt.py", kGpt, {what}); };
   const ProcessResult exported = run_python("export");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   write_file(dir / "run.toml", "[run]\nname = \"gpt\"\ndir = \"" + (dir / "run").string() +
@@ -324,18 +340,7 @@ TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
   EXPECT_NE(fit.output.find("aten::scaled_dot_product_attention"), std::string::npos) << fit.output;
   const ProcessResult eager = run_python("eager");
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  std::vector<double> want;
-  std::istringstream lines(eager.output);
-  for (std::string word; lines >> word;)
-    if (word == "loss") {
-      double v = 0;
-      lines >> v;
-      want.push_back(v);
-    }
-  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl");
-  ASSERT_EQ(want.size(), 20u) << eager.output;
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+  expect_the_eager_losses(step_losses(dir / "run" / "metrics.jsonl"), eager);
   // Validated per token.
   EXPECT_GT(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), 0) << fit.output;
 }
@@ -407,12 +412,7 @@ else:
 TEST(Exported, TorchvisionsResnet18TrainsAsEagerPyTorchOnAnImageFolder) {
   KILN_REQUIRE_EXPORTED_PLUGIN();
   TempDir dir;
-  write_file(dir / "resnet.py", kResnet);
-  auto run_python = [&](const char* what) {
-    return run_process({check_python().string(), (dir / "resnet.py").string(), (source_dir() / "python").string(),
-                        dir.path().string(), what},
-                       {.timeout = kTimeout});
-  };
+  auto run_python = [&](const char* what) { return run_script(dir, "resnet.py", kResnet, {what}); };
   const ProcessResult exported = run_python("export");
   if (exported.output.find("No module named 'torchvision'") != std::string::npos)
     GTEST_SKIP() << "no torchvision beside the checking Python's torch (./go test --torch wheel installs it)";
@@ -430,27 +430,13 @@ TEST(Exported, TorchvisionsResnet18TrainsAsEagerPyTorchOnAnImageFolder) {
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   const ProcessResult eager = run_python("eager");
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  std::vector<double> want;
-  std::istringstream lines(eager.output);
-  for (std::string word; lines >> word;)
-    if (word == "loss") {
-      double v = 0;
-      lines >> v;
-      want.push_back(v);
-    }
-  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl");
-  ASSERT_EQ(want.size(), 20u) << eager.output;
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * std::abs(want[i])) << "step " << i + 1;
+  expect_the_eager_losses(step_losses(dir / "run" / "metrics.jsonl"), eager);
   const auto last = dir / "run" / "checkpoints" / "last.ckpt";
   ASSERT_EQ(kiln({"export", last.string(), "-o", (dir / "weights.safetensors").string()}).exit_code, 0);
   const ProcessResult predicted = kiln({"predict", (dir / "run.toml").string(), "--ckpt", "last"});
   ASSERT_EQ(predicted.exit_code, 0) << predicted.output;
   const ProcessResult back = run_python("back");
-  ASSERT_EQ(back.exit_code, 0) << back.output;
-  const size_t at = back.output.find("max_abs_diff ");
-  ASSERT_NE(at, std::string::npos) << back.output;
-  EXPECT_LT(std::stod(back.output.substr(at + 13)), 1e-5) << back.output;
+  expect_the_same_outputs(back);
 }
 
 // One line naming the archive and the problem, exit 2, no run directory.
