@@ -18,10 +18,12 @@ kiln's `kiln_exported` model plugin reads it:
     path = "kiln_exported"
     program = "model.pt2"
 
+A model whose forward computes its own loss, forward(input, target) -> a
+scalar, is exported with example_target= and trained with loss = "output".
+
 What kiln cannot train is refused with one line (KilnExportError): control
 flow that depends on the data (torch.export cannot capture it), higher-order
-operators (torch.cond, torch.map, ...), or a forward that takes more than the
-one batch tensor. The only dependency is torch (2.x).
+operators (torch.cond, torch.map, ...). The only dependency is torch (2.x).
 """
 
 from __future__ import annotations
@@ -44,15 +46,16 @@ def _one_line(error: BaseException) -> str:
     return text[0] if text else type(error).__name__
 
 
-def _export_mode(model: torch.nn.Module, example: torch.Tensor, training: bool):
+def _export_mode(model: torch.nn.Module, examples: tuple, training: bool):
     model.train(training)
     batch = torch.export.Dim("batch", min=1)
     # An example batch of one would make export specialise the batch to 1:
     # two rows at least, as every dimension it sees at size 1 is taken static.
-    if example.shape[0] < 2:
-        example = torch.cat([example, example])[:2]
+    examples = tuple(e if e.shape[0] >= 2 else torch.cat([e, e])[:2] for e in examples)
     try:
-        program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},), strict=False)
+        program = torch.export.export(
+            model, examples, dynamic_shapes=tuple({0: batch} for _ in examples), strict=False
+        )
     except Exception as error:  # torch's own errors are long: the first line names the cause
         name = type(error).__name__
         if "DataDependent" in name or "data-dependent" in str(error) or "GuardOnDataDependent" in str(error):
@@ -75,15 +78,18 @@ def _export_mode(model: torch.nn.Module, example: torch.Tensor, training: bool):
     return program
 
 
-def export(model: torch.nn.Module, example_input: torch.Tensor, path: str) -> str:
-    """Writes model's training and evaluation programs and its weights to path (a .pt2)."""
-    if not isinstance(example_input, torch.Tensor):
-        raise KilnExportError("example_input must be one tensor: a batch as the data module hands it to the model")
+def export(model: torch.nn.Module, example_input: torch.Tensor, path: str, example_target=None) -> str:
+    """Writes model's training and evaluation programs and its weights to path (a .pt2).
+
+    example_target: for a forward(input, target) that returns the loss (kiln's loss = "output")."""
+    examples = (example_input,) if example_target is None else (example_input, example_target)
+    if not all(isinstance(e, torch.Tensor) for e in examples):
+        raise KilnExportError("example_input (and example_target) must be tensors: a batch as the data module hands it")
     was_training = model.training
     try:
         programs = {
-            "train": _export_mode(model, example_input, True),
-            "eval": _export_mode(model, example_input, False),
+            "train": _export_mode(model, examples, True),
+            "eval": _export_mode(model, examples, False),
         }
     finally:
         model.train(was_training)

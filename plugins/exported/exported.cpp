@@ -7,7 +7,10 @@
 // [model]
 // path = "kiln_exported"
 // program = "model.pt2"        # relative to where kiln runs, as data paths are
-// loss = "cross_entropy"        # the program's output are logits [N, classes]
+// loss = "cross_entropy"        # the program's output are logits [N, classes]; or
+//                               # "mse": its output are values, against a float target;
+//                               # "output": the program is forward(input, target)
+//                               # and returns the loss itself (a scalar)
 //
 // A language model's program returns logits [N, T, vocabulary] for tokens
 // [N, T] (kiln_token_stream's batches): the cross-entropy is then over every
@@ -66,9 +69,15 @@ class Exported final : public kiln_plugins::Classifier {
     if (path_.empty())
       throw kiln::ConfigError("'program' must name the .pt2 that python/kiln_export.py wrote");
     const std::string loss = config.get<std::string>("loss", "cross_entropy");
-    if (loss != "cross_entropy")
-      throw kiln::ConfigError("'loss' must be \"cross_entropy\" (the program's output are class logits), not \"" +
-                              loss + "\"");
+    if (loss == "cross_entropy")
+      loss_ = Loss::cross_entropy;
+    else if (loss == "mse")
+      loss_ = Loss::mse;
+    else if (loss == "output")
+      loss_ = Loss::output;
+    else
+      throw kiln::ConfigError("'loss' must be \"cross_entropy\" (the program returns class logits), \"mse\" (it "
+                              "returns values) or \"output\" (it returns the loss), not \"" + loss + "\"");
     std::map<std::string, kiln_exported::Pt2Program> programs;
     try {
       programs = kiln_exported::read_pt2(path_, KILN_EXPORTED_TORCH_VERSION);
@@ -92,9 +101,13 @@ class Exported final : public kiln_plugins::Classifier {
     } catch (const kiln_exported::Pt2Error& e) {
       throw kiln::InvalidInput(e.what());
     }
-    if (train_->input_shapes().size() != 1)
-      throw kiln::InvalidInput("'" + path_ + "': the program takes " + std::to_string(train_->input_shapes().size()) +
-                               " inputs; kiln.exported passes the batch's \"input\" alone (export forward(x))");
+    const size_t inputs = loss_ == Loss::output ? 2 : 1;
+    if (train_->input_shapes().size() != inputs)
+      throw kiln::InvalidInput(
+          "'" + path_ + "': the program takes " + std::to_string(train_->input_shapes().size()) + " inputs; with loss = \"" +
+          loss + "\" kiln.exported passes " +
+          (inputs == 1 ? "the batch's \"input\" alone (export forward(x))"
+                       : "the batch's \"input\" and \"target\" (export forward(x, y), returning the loss)"));
     std::string ops;
     for (const auto& [op, count] : train_->operators()) ops += (ops.empty() ? "" : ", ") + op + " x" + std::to_string(count);
     host.info("model '" + std::string(kId) + "': " + path_ + ", training program of " +
@@ -106,21 +119,29 @@ class Exported final : public kiln_plugins::Classifier {
   // A sequence's logits [N, T, V] against its targets [N, T]: every
   // position is a prediction. Class logits [N, C] are the classifier's.
   at::Tensor training_step(const kiln::Batch& batch, int64_t index) override {
+    if (loss_ != Loss::cross_entropy) return regression_loss(batch);
     if (batch["target"].dim() != 2) return Classifier::training_step(batch, index);
     const at::Tensor logits = forward(batch["input"]);
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), batch["target"].reshape({-1}));
   }
   void validation_step(const kiln::Batch& batch, int64_t index) override {
+    if (loss_ != Loss::cross_entropy) return log_loss(batch, "val/");
     if (batch["target"].dim() != 2) return Classifier::validation_step(batch, index);
     evaluate_tokens(batch, "val/");
   }
   void test_step(const kiln::Batch& batch, int64_t index) override {
+    if (loss_ != Loss::cross_entropy) return log_loss(batch, "test/");
     if (batch["target"].dim() != 2) return Classifier::test_step(batch, index);
     evaluate_tokens(batch, "test/");
   }
   // A language model predicts the next token's probabilities at each
   // prompt's end.
   at::Tensor predict_step(const kiln::Batch& batch, int64_t index) override {
+    if (loss_ == Loss::mse) return forward(batch["input"]);
+    if (loss_ == Loss::output)
+      throw kiln::InvalidInput("'" + path_ + "': with loss = \"output\" the program needs the target, which "
+                               "`kiln predict` has not: export the model's outputs with loss = \"mse\" or "
+                               "\"cross_entropy\" to predict");
     if (batch["input"].dim() != 2 || batch["input"].is_floating_point()) return Classifier::predict_step(batch, index);
     const at::Tensor logits = forward(batch["input"]);
     return torch::softmax(logits.select(1, logits.size(1) - 1), /*dim=*/1);
@@ -137,6 +158,31 @@ class Exported final : public kiln_plugins::Classifier {
   }
 
  private:
+  enum class Loss { cross_entropy, mse, output };
+
+  // The loss of one batch, for "mse" and "output".
+  at::Tensor regression_loss(const kiln::Batch& batch) {
+    const kiln_exported::GraphProgram& program = net_.is_training() ? *train_ : *eval_;
+    const at::Tensor target = batch["target"];
+    if (loss_ == Loss::output) {
+      std::vector<at::Tensor> out = program.run({batch["input"], target});
+      if (out.size() != 1 || out[0].numel() != 1)
+        throw kiln::InvalidInput("'" + path_ + "': with loss = \"output\" the program must return one scalar, the loss");
+      return out[0].reshape({});
+    }
+    const at::Tensor prediction = forward(batch["input"]);
+    if (prediction.numel() != target.numel())
+      throw kiln::InvalidInput("'" + path_ + "': the program returns " + std::to_string(prediction.numel()) +
+                               " values for a batch whose target has " + std::to_string(target.numel()) +
+                               "; loss = \"mse\" compares them one to one");
+    return torch::mse_loss(prediction.reshape(target.sizes()), target.to(prediction.scalar_type()));
+  }
+  void log_loss(const kiln::Batch& batch, const std::string& prefix) {
+    const double n = static_cast<double>(batch["target"].size(0));
+    if (n == 0) return;
+    host().log_metric(prefix + "loss", regression_loss(batch).detach(), n);
+  }
+
   void evaluate_tokens(const kiln::Batch& batch, const std::string& prefix) {
     const at::Tensor logits = forward(batch["input"]);
     const at::Tensor target = batch["target"].reshape({-1});
@@ -148,6 +194,7 @@ class Exported final : public kiln_plugins::Classifier {
   }
 
   std::string path_;
+  Loss loss_ = Loss::cross_entropy;
   torch::nn::Module net_{"Exported"};
   std::unique_ptr<kiln_exported::GraphProgram> train_, eval_;
 };

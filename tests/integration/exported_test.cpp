@@ -439,6 +439,102 @@ TEST(Exported, TorchvisionsResnet18TrainsAsEagerPyTorchOnAnImageFolder) {
   expect_the_same_outputs(back);
 }
 
+// The other losses: "mse" on a program that returns values, and "output"
+// on a forward(x, y) that returns its own loss, each 20 steps an eager
+// loop's to 1e-5; and what the exporter refuses (control flow on the data)
+// and what kiln refuses (a dynamic dimension other than the batch).
+const char* kRegress = R"PY(
+import sys, torch
+from torch import nn
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+dir, what = sys.argv[2], sys.argv[3]
+
+class Net(nn.Module):
+    def __init__(self, own_loss):
+        super().__init__()
+        self.own_loss = own_loss
+        self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 1)
+
+    def forward(self, x, y=None):
+        out = self.fc2(torch.tanh(self.fc1(x))).squeeze(1)
+        return nn.functional.mse_loss(out, y) if self.own_loss else out
+
+class Branchy(nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x
+
+g = torch.Generator().manual_seed(3)
+x = torch.randn(160, 8, generator=g)
+y = x[:, 0] * 2 - x[:, 1] + 0.1 * torch.randn(160, generator=g)
+if what == "export":
+    from safetensors.torch import save_file
+    save_file({"x": x, "y": y}, dir + "/train.safetensors")
+    torch.manual_seed(0)
+    model = Net(False)
+    torch.save(model.state_dict(), dir + "/init.pt")
+    kiln_export.export(model, x[:4], dir + "/values.pt2")
+    own = Net(True)
+    own.load_state_dict(model.state_dict())
+    kiln_export.export(own, x[:4], dir + "/loss.pt2", example_target=y[:4])
+    try:
+        kiln_export.export(Branchy(), x[:4], dir + "/branchy.pt2")
+    except kiln_export.KilnExportError as e:
+        print("refused:", e)
+    # Two dynamic dimensions, written without the helper (which never does).
+    from torch.export.pt2_archive._package import package_pt2
+    b, f = torch.export.Dim("b", min=1), torch.export.Dim("f", min=2)
+    ep = torch.export.export(nn.Sequential(nn.Flatten(0, -1)), (x[:4],), dynamic_shapes=({0: b, 1: f},))
+    package_pt2(dir + "/wide.pt2", exported_programs={"train": ep, "eval": ep})
+else:
+    torch.set_num_threads(1)
+    model = Net(False)
+    model.load_state_dict(torch.load(dir + "/init.pt"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for epoch in range(2):
+        for i in range(0, 160, 16):
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(model(x[i:i + 16]), y[i:i + 16])
+            loss.backward()
+            opt.step()
+            print("loss", repr(loss.item()))
+)PY";
+
+TEST(Exported, RegressionAndAProgramsOwnLossTrainAsEagerPyTorch) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  const ProcessResult exported = run_script(dir, "regress.py", kRegress, {"export"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("refused: the forward has control flow that depends on the data"), std::string::npos)
+      << exported.output;
+  const ProcessResult eager = run_script(dir, "regress.py", kRegress, {"eager"});
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  for (const auto& [program, loss] : {std::pair{"values.pt2", "mse"}, std::pair{"loss.pt2", "output"}}) {
+    SCOPED_TRACE(loss);
+    write_file(dir / "run.toml", "[run]\nname = \"regress\"\ndir = \"" + (dir / "run").string() +
+                                     "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
+                                     (dir / program).string() + "\"\nloss = \"" + loss +
+                                     "\"\n\n[data]\npath = \"kiln_arrays\"\ntrain = \"" +
+                                     (dir / "train.safetensors").string() +
+                                     "\"\ninput = \"x\"\ntarget = \"y\"\n\n[trainer]\nmax_epochs = 2\nbatch_size = 16\n"
+                                     "shuffle = false\nlog_every_n_steps = 1\nprogress = \"none\"\ndata_workers = 0\n\n"
+                                     "[optimizer]\nname = \"sgd\"\nlr = 0.05\n\n[logging]\nloggers = [\"jsonl\"]\n");
+    std::filesystem::remove_all(dir / "run");
+    const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
+    ASSERT_EQ(fit.exit_code, 0) << fit.output;
+    expect_the_eager_losses(step_losses(dir / "run" / "metrics.jsonl"), eager);
+  }
+  // A dynamic dimension other than the batch: one line, exit 2, at create.
+  write_file(dir / "wide.toml", "[run]\nname = \"wide\"\ndir = \"" + (dir / "wide").string() +
+                                    "\"\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" + (dir / "wide.pt2").string() +
+                                    "\"\nloss = \"mse\"\n\n[data]\npath = \"kiln_arrays\"\ntrain = \"" +
+                                    (dir / "train.safetensors").string() + "\"\ninput = \"x\"\ntarget = \"y\"\n");
+  const ProcessResult wide = kiln_fit(dir / "wide.toml", {}, kTimeout);
+  EXPECT_EQ(wide.exit_code, 2) << wide.output;
+  EXPECT_NE(wide.output.find("dimension 1 of input 'input' is dynamic"), std::string::npos) << wide.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "wide")) << wide.output;
+}
+
 // One line naming the archive and the problem, exit 2, no run directory.
 void expect_refused(const TempDir& dir, const std::string& expected) {
   const ProcessResult r = kiln_fit(manifest(dir), {}, kTimeout);
