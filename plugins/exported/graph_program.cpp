@@ -1,6 +1,7 @@
 #include "graph_program.hpp"
 
 #include <unordered_map>
+#include <variant>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -305,8 +306,22 @@ GraphProgram::GraphProgram(const ser::ExportedProgram& program, const std::strin
                            const std::map<std::string, at::Tensor>& state,
                            const std::map<std::string, at::Tensor>& constants)
     : impl_(std::make_unique<Impl>()) {
+  impl_->where = "'" + archive + "', program '" + name + "'";
+  // The schema's unions read from JSON keep their first tag when the key is
+  // one this LibTorch does not know (a newer torch's, or damage): reading
+  // one then is that, not a bug of kiln's.
+  try {
+    bind(program, state, constants);
+  } catch (const std::bad_variant_access&) {
+    throw Pt2Error(impl_->where +
+                   ": it holds a node, input or output of a kind this LibTorch's export schema does not know "
+                   "(written by a newer torch, or damaged)");
+  }
+}
+
+void GraphProgram::bind(const ser::ExportedProgram& program, const std::map<std::string, at::Tensor>& state,
+                        const std::map<std::string, at::Tensor>& constants) {
   Impl& m = *impl_;
-  m.where = "'" + archive + "', program '" + name + "'";
   const ser::GraphModule& gm = program.get_graph_module();
   const ser::Graph& graph = gm.get_graph();
   const auto& specs = gm.get_signature().get_input_specs();

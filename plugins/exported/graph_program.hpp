@@ -48,6 +48,9 @@ class GraphProgram {
   size_t node_count() const;
 
  private:
+  void bind(const torch::_export::ExportedProgram& program, const std::map<std::string, at::Tensor>& state,
+            const std::map<std::string, at::Tensor>& constants);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

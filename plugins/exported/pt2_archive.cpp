@@ -5,6 +5,7 @@
 #include <functional>
 #include <cstring>
 #include <tuple>
+#include <variant>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -32,7 +33,11 @@ class Archive {
   Archive(std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader, std::string name)
       : reader_(std::move(reader)), name_(std::move(name)) {}
 
-  bool has(const std::string& record) { return reader_->hasRecord(record); }
+  // Every call into LibTorch's reader: its errors (a damaged zip, a name
+  // outside the archive's folder) become this archive's one line.
+  bool has(const std::string& record) {
+    return guarded("its record '" + record + "'", [&] { return reader_->hasRecord(record); });
+  }
 
   std::string text(const std::string& record) {
     auto [data, size] = get(record);
@@ -40,15 +45,12 @@ class Archive {
   }
 
   std::tuple<at::DataPtr, size_t> get(const std::string& record) {
-    try {
-      return reader_->getRecord(record);
-    } catch (const c10::Error& e) {
-      throw Pt2Error("'" + name_ + "': its record '" + record + "' does not read (" + one_line(e) +
-                     "); the archive is damaged");
-    }
+    return guarded("its record '" + record + "'", [&] { return reader_->getRecord(record); });
   }
 
-  std::vector<std::string> records() { return reader_->getAllRecords(); }
+  std::vector<std::string> records() {
+    return guarded("its list of records", [&] { return reader_->getAllRecords(); });
+  }
   const std::string& name() const { return name_; }
 
   static std::string one_line(const c10::Error& e) {
@@ -58,6 +60,15 @@ class Archive {
   }
 
  private:
+  template <class F>
+  auto guarded(const std::string& what, F&& read) -> decltype(read()) {
+    try {
+      return read();
+    } catch (const c10::Error& e) {
+      throw Pt2Error("'" + name_ + "': " + what + " does not read (" + one_line(e) + "); the archive is damaged");
+    }
+  }
+
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
   std::string name_;
 };
@@ -129,7 +140,20 @@ std::map<std::string, ProgramWeight> read_tensors(Archive& archive, const std::s
   return out;
 }
 
+std::map<std::string, Pt2Program> read_programs(Archive& archive, const std::string& torch_version);
+
+// As GraphProgram's binding: a union whose tag its JSON did not set.
 std::map<std::string, Pt2Program> read(Archive& archive, const std::string& torch_version) {
+  try {
+    return read_programs(archive, torch_version);
+  } catch (const std::bad_variant_access&) {
+    throw Pt2Error("'" + archive.name() +
+                   "': a weight or program holds a value of a kind this LibTorch's export schema does not know "
+                   "(written by a newer torch, or damaged)");
+  }
+}
+
+std::map<std::string, Pt2Program> read_programs(Archive& archive, const std::string& torch_version) {
   if (!archive.has("archive_format") || archive.text("archive_format") != "pt2")
     throw Pt2Error("'" + archive.name() + "' is not a .pt2 package (no archive_format 'pt2' record); write it with "
                    "python/kiln_export.py or torch.export.pt2_archive's package_pt2");

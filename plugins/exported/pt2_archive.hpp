@@ -22,9 +22,25 @@ class ExportedProgram;
 
 namespace kiln_exported {
 
+// One line, whatever the archive holds: names and targets come from its
+// JSON and its zip directory, and a control character among them is shown
+// escaped (\n, \x01), never written to the terminal.
 class Pt2Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Pt2Error(const std::string& message) : std::runtime_error(printable(message)) {}
+
+ private:
+  static std::string printable(const std::string& text) {
+    static const char* hex = "0123456789abcdef";
+    std::string out;
+    for (const char c : text) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '\n') out += "\\n";
+      else if (u < 0x20 || u == 0x7f) out += std::string("\\x") + hex[u >> 4] + hex[u & 15];
+      else out += c;
+    }
+    return out;
+  }
 };
 
 struct ProgramWeight {

@@ -4,6 +4,10 @@
 # finding (the crashing input is kept in build-fuzz/findings/). Idempotent.
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]     (targets: manifest checkpoint idx dlpack elf arrays csv image; default all)
 # KILN_FUZZ_BUILD_DIR names another build directory (default build-fuzz).
+# KILN_FUZZ_TORCH_PREFIX: a LibTorch 2.x root (the torch wheel's, as ./go
+# --torch wheel installs it), built in build-fuzz-torch2, for the target that
+# needs it:
+#   KILN_FUZZ_TORCH_PREFIX=$PWD/.venv-torch/lib/python3.11/site-packages/torch tests/fuzz/run.sh 60 pt2
 # Everything runs under `nice -n 10`: the machine stays usable. Two targets
 # run at a time (each fuzzer is one process on one core).
 set -euo pipefail
@@ -13,6 +17,11 @@ shift $(( $# > 0 ? 1 : 0 ))
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(manifest checkpoint idx dlpack elf arrays csv image)
 BUILD=${KILN_FUZZ_BUILD_DIR:-build-fuzz}
+torch_prefix=()
+if [ -n "${KILN_FUZZ_TORCH_PREFIX:-}" ]; then
+  BUILD=${KILN_FUZZ_BUILD_DIR:-build-fuzz-torch2}
+  torch_prefix=(-DCMAKE_PREFIX_PATH="$KILN_FUZZ_TORCH_PREFIX")
+fi
 
 missing=()
 for p in clang libclang-rt-14-dev libtorch-dev libdlpack-dev libxxhash-dev zlib1g-dev libspdlog-dev libtomlplusplus-dev libjpeg62-turbo-dev libpng-dev; do
@@ -28,7 +37,7 @@ fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 cmake -S tests/fuzz -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_C_COMPILER=clang "${launcher[@]}" >/dev/null
+  -DCMAKE_C_COMPILER=clang "${launcher[@]}" "${torch_prefix[@]}" >/dev/null
 nice -n 10 cmake --build "$BUILD" -j2 --target "${TARGETS[@]/%/_fuzz}"
 
 mkdir -p "$BUILD/findings"
