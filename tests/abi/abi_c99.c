@@ -16,3 +16,9 @@ int kiln_abi_c99_check(const kiln_host* host) {
   /* KILN_HAS_FIELD is usable from C. */
   return KILN_HAS_FIELD(host, kiln_host, state_read) ? KILN_ABI_VERSION_MAJOR : 0;
 }
+
+/* A struct added after 1.0 has its first layout's size as its floor. */
+typedef char batch_request_floor[KILN_BATCH_REQUEST_STRUCT_SIZE_1_4 <= sizeof(kiln_batch_request) &&
+                                         KILN_BATCH_REQUEST_STRUCT_SIZE_1_4 > offsetof(kiln_batch_request, sample_seeds)
+                                     ? 1
+                                     : -1];

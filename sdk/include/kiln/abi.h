@@ -1,5 +1,5 @@
 /*
- * kiln/abi.h — the kiln plugin ABI, version 1.3.
+ * kiln/abi.h — the kiln plugin ABI, version 1.4.
  *
  * This header is the only contract between the kiln host and its plugins.
  * It is plain C (C99 and C++17), includes only <stddef.h> and <stdint.h>, and
@@ -612,6 +612,8 @@ typedef struct kiln_entry {
 #define KILN_HOST_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_host, state_read)
 #define KILN_EXCEPTION_INFO_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_exception_info, rank)
 #define KILN_PROGRESS_STRUCT_SIZE_1_0 KILN_STRUCT_SIZE(kiln_progress, max_steps)
+/* Structs added after 1.0: the floor is their layout as first published. */
+#define KILN_BATCH_REQUEST_STRUCT_SIZE_1_4 KILN_STRUCT_SIZE(kiln_batch_request, epoch)
 
 /* [main-thread] The exported entry point. Returns a static table that stays
  * valid while the library is loaded; may be called several times, and must
