@@ -535,6 +535,53 @@ TEST(Exported, RegressionAndAProgramsOwnLossTrainAsEagerPyTorch) {
   EXPECT_FALSE(std::filesystem::exists(dir / "wide")) << wide.output;
 }
 
+// Dropout's rate: a program whose "loss" is the share of a dropout's
+// outputs that are zero (plus nothing times a parameter, for backward).
+// Trained, it drops 30 % of 20 x 16 x 64 elements (within 6 standard
+// deviations: 0.3 +- 0.02); in validation the evaluation program drops none.
+const char* kDropoutRate = R"PY(
+import sys, torch
+from torch import nn
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+dir = sys.argv[2]
+
+class Dropped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.3)
+        self.w = nn.Parameter(torch.ones(1))
+
+    def forward(self, x, y):
+        return (self.drop(x) == 0).float().mean() + 0 * self.w.sum() + 0 * y.sum()
+
+from safetensors.torch import save_file
+save_file({"x": torch.ones(400, 64), "y": torch.zeros(400)}, dir + "/ones.safetensors")
+kiln_export.export(Dropped(), torch.ones(4, 64), dir + "/dropout.pt2", example_target=torch.zeros(4))
+)PY";
+
+TEST(Exported, DropoutDropsItsRateInTrainingAndNothingInValidation) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  const ProcessResult exported = run_script(dir, "dropout.py", kDropoutRate, {});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  write_file(dir / "run.toml", "[run]\nname = \"dropout\"\ndir = \"" + (dir / "run").string() +
+                                   "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
+                                   (dir / "dropout.pt2").string() + "\"\nloss = \"output\"\n\n[data]\npath = "
+                                   "\"kiln_arrays\"\ntrain = \"" + (dir / "ones.safetensors").string() +
+                                   "\"\nval_fraction = 0.2\ninput = \"x\"\ntarget = \"y\"\n\n[trainer]\nmax_steps = 20\n"
+                                   "max_epochs = -1\nbatch_size = 16\nlog_every_n_steps = 1\nprogress = \"none\"\n\n"
+                                   "[optimizer]\nname = \"sgd\"\nlr = 0.1\n\n[logging]\nloggers = [\"csv\", \"jsonl\"]\n");
+  const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const std::vector<double> shares = step_losses(dir / "run" / "metrics.jsonl");
+  ASSERT_EQ(shares.size(), 20u);
+  double mean = 0;
+  for (const double s : shares) mean += s / static_cast<double>(shares.size());
+  EXPECT_NEAR(mean, 0.3, 0.02) << fit.output;
+  EXPECT_EQ(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), 0.0) << fit.output;
+}
+
 // One line naming the archive and the problem, exit 2, no run directory.
 void expect_refused(const TempDir& dir, const std::string& expected) {
   const ProcessResult r = kiln_fit(manifest(dir), {}, kTimeout);
