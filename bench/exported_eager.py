@@ -43,7 +43,7 @@ def main():
     torch.manual_seed(0)
     model = Mlp(WIDTHS[model_name])
     if what == "export":
-        sys.path.insert(0, "python")
+        sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "python"))
         import kiln_export
 
         kiln_export.export(model, torch.zeros(2, 784), sys.argv[3])
