@@ -7,6 +7,8 @@
 #                          (the plugins are build/'s, uninstrumented: built there first if missing)
 #   ./go test --tsan       the concurrency tests built with ThreadSanitizer, in build-tsan/
 #   ./go fuzz [SECONDS]    the libFuzzer targets, SECONDS each (default 30), in build-fuzz/
+#   ./go fuzz --torch wheel [SECONDS]
+#                          the target that needs LibTorch 2.x (pt2), in build-fuzz-torch2/
 #   ./go test|build|example --torch wheel
 #                          the same against LibTorch 2.x from PyPI's torch wheel
 #                          (pinned below, in .venv-torch/), built in build-torch2/
@@ -156,11 +158,12 @@ case "$TORCH" in
   debian) ;;
   wheel)
     case "$cmd" in
-      test|build|example) ;;
-      *) echo "go: --torch wheel goes with test, build or example" >&2; exit 2 ;;
+      test|build|example|fuzz) ;;
+      *) echo "go: --torch wheel goes with test, build, example or fuzz" >&2; exit 2 ;;
     esac
     case "${1:-}" in
       "") ;;
+      [0-9]*) [ "$cmd" = fuzz ] || { echo "go: --torch wheel runs the plain suite (no $1)" >&2; exit 2; } ;;
       *) echo "go: --torch wheel runs the plain suite (no $1)" >&2; exit 2 ;;
     esac
     BUILD_DIR=${KILN_BUILD_DIR:-build-torch2}
@@ -237,7 +240,15 @@ case "${1:-}" in
     ;;
   fuzz)
     install_missing
-    tests/fuzz/run.sh "${2:-30}"
+    if [ "$TORCH" = wheel ]; then
+      # The target that needs LibTorch 2.x (the .pt2 reader of kiln_exported),
+      # against the wheel's, in build-fuzz-torch2/.
+      install_torch_wheel
+      KILN_FUZZ_TORCH_PREFIX=$("$TORCH_VENV/bin/python" -c "import os, importlib.util as u; print(os.path.dirname(u.find_spec('torch').origin))") \
+        tests/fuzz/run.sh "${2:-30}" pt2
+    else
+      tests/fuzz/run.sh "${2:-30}"
+    fi
     ;;
   build)
     install_missing
@@ -246,6 +257,7 @@ case "${1:-}" in
     ;;
   *)
     echo "usage: ./go example | test [--sanitize | --tsan] | build | fuzz [SECONDS]" >&2
+    echo "       ./go fuzz --torch wheel [SECONDS]   (the .pt2 reader's target)" >&2
     echo "       ./go example | test | build  --torch wheel   (LibTorch $TORCH_WHEEL_VERSION from PyPI)" >&2
     exit 2
     ;;

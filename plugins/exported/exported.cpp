@@ -116,6 +116,24 @@ class Exported final : public kiln_plugins::Classifier {
 
   torch::nn::Module& module() override { return net_; }
 
+  // Before anything runs: the data module's batches against the shapes the
+  // programs were exported for (kiln exits 2, both shapes named).
+  void check_batch(kiln::Split split, const kiln::Batch& batch) override {
+    if (!batch.has("input"))
+      throw kiln::InvalidInput("'" + path_ + "' takes the batch's \"input\", and the data module's batches have none");
+    std::vector<at::Tensor> inputs{batch["input"]};
+    if (loss_ == Loss::output && split != kiln::Split::predict) {
+      if (!batch.has("target"))
+        throw kiln::InvalidInput("'" + path_ + "': with loss = \"output\" the program takes the batch's \"target\", "
+                                 "and the data module's batches have none");
+      inputs.push_back(batch["target"]);
+    }
+    if (loss_ == Loss::output && split == kiln::Split::predict) return;  // refused by predict_step, with why
+    (split == kiln::Split::train ? *train_ : *eval_).check_inputs(inputs, /*any_batch_size=*/true);
+    // Then the evaluation program on them (a dtype it cannot take).
+    if (loss_ != Loss::output) Classifier::check_batch(split, batch);
+  }
+
   // A sequence's logits [N, T, V] against its targets [N, T]: every
   // position is a prediction. Class logits [N, C] are the classifier's.
   at::Tensor training_step(const kiln::Batch& batch, int64_t index) override {

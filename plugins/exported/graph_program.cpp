@@ -414,24 +414,30 @@ const std::vector<std::vector<int64_t>>& GraphProgram::input_shapes() const { re
 const std::map<std::string, int>& GraphProgram::operators() const { return impl_->operators; }
 size_t GraphProgram::node_count() const { return impl_->steps.size(); }
 
-std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs) const {
+void GraphProgram::check_inputs(const std::vector<at::Tensor>& inputs, bool any_batch_size) const {
   const Impl& m = *impl_;
   if (inputs.size() != m.input_slots.size())
     throw kiln::InvalidInput(m.where + " takes " + std::to_string(m.input_slots.size()) + " inputs, given " +
                              std::to_string(inputs.size()));
-  std::vector<c10::IValue> values(m.slot_count);
-  for (const auto& [slot, tensor] : m.bound) values[slot] = tensor;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& want = m.input_shapes[i];
     const at::IntArrayRef got = inputs[i].sizes();
     bool same = want.empty() || got.size() == want.size();
-    for (size_t d = 0; same && d < want.size(); ++d) same = want[d] < 0 || want[d] == got[d];
+    for (size_t d = 0; same && d < want.size(); ++d)
+      same = want[d] < 0 || want[d] == got[d] || (d == 0 && any_batch_size);
     if (!same)
       throw kiln::InvalidInput(m.where + " takes input '" + m.input_names[i] + "' of shape " + shape_text(want) +
                                ", the data module's batch has " + shape_text(got) +
                                ": export the model with an example batch of the data's shape");
-    values[m.input_slots[i]] = inputs[i];
   }
+}
+
+std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs) const {
+  const Impl& m = *impl_;
+  check_inputs(inputs, false);
+  std::vector<c10::IValue> values(m.slot_count);
+  for (const auto& [slot, tensor] : m.bound) values[slot] = tensor;
+  for (size_t i = 0; i < inputs.size(); ++i) values[m.input_slots[i]] = inputs[i];
   const c10::Device device = inputs.empty() ? c10::Device(c10::kCPU) : inputs[0].device();
   if (!m.constants.empty() && (m.constants_on_device.empty() || m.constants_on_device[0].second.device() != device)) {
     m.constants_on_device.clear();

@@ -40,6 +40,10 @@ class GraphProgram {
   // order the exported forward took them). Throws kiln::InvalidInput when an
   // input's shape is not the program's (both shapes named).
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+  // What run() checks of its inputs, without running: their count and
+  // shapes (any first dimension with `any_batch_size`, for a sample of the
+  // data whose batch size is not the run's). Throws as run() does.
+  void check_inputs(const std::vector<at::Tensor>& inputs, bool any_batch_size) const;
 
   // Each input's shape, the first (batch) dimension as -1 where it is dynamic.
   const std::vector<std::vector<int64_t>>& input_shapes() const;

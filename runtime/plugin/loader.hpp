@@ -38,6 +38,11 @@ struct LoadedPlugin {
     const auto* h = static_cast<const kiln_model_hooks*>(descriptor->hooks);
     return KILN_HAS_FIELD(h, kiln_model_hooks, on_epoch_end) ? h->on_epoch_end : nullptr;
   }
+  // ABI 1.5's, NULL likewise.
+  decltype(kiln_model_hooks::check_batch) model_check_batch() const {
+    const auto* h = static_cast<const kiln_model_hooks*>(descriptor->hooks);
+    return KILN_HAS_FIELD(h, kiln_model_hooks, check_batch) ? h->check_batch : nullptr;
+  }
   decltype(kiln_callback_hooks::on_epoch_collected) callback_on_epoch_collected() const {
     const auto* h = static_cast<const kiln_callback_hooks*>(descriptor->hooks);
     return KILN_HAS_FIELD(h, kiln_callback_hooks, on_epoch_collected) ? h->on_epoch_collected : nullptr;

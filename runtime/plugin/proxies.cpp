@@ -82,6 +82,13 @@ void ModelProxy::on_epoch_end(kiln_split split, const kiln_batch& collected) {
   model_.check(hook(model_.instance(), split, &collected), "on_epoch_end");
 }
 
+void ModelProxy::check_batch(kiln_split split, const kiln_batch& sample) {
+  const auto hook = model_.plugin().model_check_batch();
+  if (hook == nullptr) return;
+  InHook in(activity_, "check_batch");
+  model_.check(hook(model_.instance(), split, &sample), "check_batch");
+}
+
 ModelProxy::Tensors ModelProxy::parameters() {
   struct Visit {
     Tensors tensors;

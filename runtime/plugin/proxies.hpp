@@ -30,6 +30,10 @@ class ModelProxy final : public StepModel {
   // ABI 1.2: the end of an epoch of `split`, with every rank's collected rows.
   bool has_epoch_end() const { return model_.plugin().model_on_epoch_end() != nullptr; }
   void on_epoch_end(kiln_split split, const kiln_batch& collected);
+  // ABI 1.5: the model looks at a sample of `split`'s batches before
+  // anything runs; its refusal is bad input (exit 2).
+  bool has_check_batch() const { return model_.plugin().model_check_batch() != nullptr; }
+  void check_batch(kiln_split split, const kiln_batch& sample);
 
   // The model's parameters and buffers, as it reports them.
   struct Tensors {

@@ -187,6 +187,19 @@ SampledBatches::SampledBatches(DataModuleProxy data, SamplingSettings settings, 
   }
 }
 
+BatchPtr SampledBatches::sample(kiln_split asked, size_t count) {
+  const kiln_split split = source(asked);
+  const int64_t n = std::min<int64_t>(length(split), static_cast<int64_t>(count));
+  if (n <= 0) return nullptr;
+  BatchPlan plan;
+  for (int64_t i = 0; i < n; ++i) plan.indices.push_back(i);
+  plan.offsets = {0, static_cast<size_t>(n)};
+  plan.positions = {n};
+  plan.seed_key = sample_seed_key(settings_.seed, split, 0);
+  return gather_inline(BatchRequest{data_.instance(), split, std::make_shared<const BatchPlan>(std::move(plan)), {}, {}},
+                       0, data_.activity());
+}
+
 FetchMode SampledBatches::mode() const { return trial_ ? trial_->mode() : fixed_; }
 
 int64_t SampledBatches::batches_per_epoch(kiln_split split, const EpochSpec& spec) {

@@ -39,6 +39,11 @@ class SampledBatches final : public BatchSource {
                                     int64_t first_sample) override;
   [[noreturn]] void refuse_empty(kiln_split, const std::string& message) override { data_.refuse("length", message); }
 
+  // The first `count` samples of `split` (fewer when it is shorter), as
+  // get_batch builds them for epoch 0, on the CPU: what the model checks
+  // before anything runs (ABI 1.5, check_batch). Null for an empty split.
+  BatchPtr sample(kiln_split split, size_t count);
+
   // Epoch `epoch` continues from a checkpoint a run of another world size
   // or batch size saved inside it (train/sampler.hpp, saved_elsewhere).
   void continue_epoch_saved_elsewhere(int64_t epoch) { saved_elsewhere_epoch_ = epoch; }

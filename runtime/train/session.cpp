@@ -61,7 +61,7 @@ Failure Session::classify(std::exception_ptr error) const {
     f.reason = KILN_FAILURE_PLUGIN_ERROR;
     // The plugin says the user's input is wrong (its config, a data file),
     // found before anything ran: bad input, exit 2 (abi.h, error codes).
-    f.bad_input = e.code() == KILN_ERROR_INVALID_ARGUMENT && (e.hook() == "create" || e.hook() == "setup");
+    f.bad_input = e.code() == KILN_ERROR_INVALID_ARGUMENT && (e.hook() == "create" || e.hook() == "setup" || e.hook() == "check_batch");
     f.plugin_id = e.plugin_id();
     f.hook = e.hook();
     f.message = e.message();

@@ -305,6 +305,20 @@ std::vector<BadInput> catalogue() {
        }},
       {"inspect_a_directory", [](Case& c) { c.args = {"inspect", (c.dir / "ckpt").string()}; c.names = "ckpt is a directory: inspect takes a manifest (.toml)"; }},
       {"plugin_of_the_wrong_kind", [](Case& c) { rewrite_manifest(c, "path = \"kiln_mlp\"", "path = \"kiln_synthetic\""); c.args = fit(c); c.names = "kiln_synthetic"; }},
+      // --- a model and data that do not fit together ---------------------------------
+      // Seen in a sample batch before anything runs (ABI 1.5, check_batch),
+      // not at the first step after the run directory was written.
+      {"model_in_features_not_the_datas", [](Case& c) {
+         rewrite_manifest(c, "features = 32\nclasses", "features = 20\nclasses");
+         c.args = fit(c);
+         c.names = "failed in check_batch on rank 0: the model does not fit the data module's batches (input [2, 20] "
+                   "Float): input has 20 features per sample but in_features = 32";
+       }},
+      {"model_in_features_not_the_datas_in_validate", [](Case& c) {
+         rewrite_manifest(c, "features = 32\nclasses", "features = 20\nclasses");
+         c.args = {"validate", c.manifest.string(), "--ckpt", c.good.string()};
+         c.names = "input has 20 features per sample but in_features = 32";
+       }},
       // --- data files --------------------------------------------------------------
       {"data_idx_bad_magic", [](Case& c) {
          fashion_mnist_damaged(c, "train-labels-idx1-ubyte.gz",

@@ -10,7 +10,7 @@ namespace {
 TEST(Cli, VersionNamesAbiAndLibTorch) {
   const ProcessResult r = kiln({"--version"});
   EXPECT_EQ(r.exit_code, 0);
-  EXPECT_NE(r.output.find("kiln 0.1.0 (ABI 1.4, LibTorch "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kiln 0.1.0 (ABI 1.5, LibTorch "), std::string::npos) << r.output;
 }
 
 TEST(Cli, HelpListsTheCommands) {
@@ -61,7 +61,7 @@ TEST(Cli, InspectAPluginLibrary) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("kiln.mlp"), std::string::npos);
   EXPECT_NE(r.output.find("kind:          model"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("ABI:           1.4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ABI:           1.5"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("training_step"), std::string::npos) << r.output;
 }
 

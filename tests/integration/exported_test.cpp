@@ -583,6 +583,14 @@ TEST(Exported, DropoutDropsItsRateInTrainingAndNothingInValidation) {
 }
 
 // One line naming the archive and the problem, exit 2, no run directory.
+// The training data with a ninth feature, for a program exported for 8.
+const char* kWiderData = R"PY(
+from safetensors.torch import save_file
+x, y = data(160, 1)
+save_file({"x": torch.cat([x, x[:, :1]], 1).contiguous(), "y": y}, sys.argv[2] + "/train.safetensors")
+print("written")
+)PY";
+
 void expect_refused(const TempDir& dir, const std::string& expected) {
   const ProcessResult r = kiln_fit(manifest(dir), {}, kTimeout);
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -631,6 +639,11 @@ TEST(Exported, WhatCannotBeRunIsRefusedInOneLine) {
   // A program written by a newer torch.
   ASSERT_EQ(python(dir, kEditArchive, {"newer"}).exit_code, 0);
   expect_refused(dir, "written by torch 9.0.0, newer than this kiln's LibTorch");
+  // A program whose input is not the data module's batch, found in a sample
+  // batch before anything runs: both shapes.
+  write_file(dir / "model.pt2", good);
+  ASSERT_EQ(python(dir, kWiderData, {}).exit_code, 0);
+  expect_refused(dir, "takes input 'x' of shape [batch, 8], the data module's batch has [2, 9]");
 }
 
 }  // namespace

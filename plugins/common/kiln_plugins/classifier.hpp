@@ -40,6 +40,41 @@ class Classifier : public kiln::Model {
     host().log_metric(prefix + "auroc", kiln::metrics::auroc(scores, target));
   }
 
+  // Before anything runs (ABI 1.5): the data module's first samples through
+  // forward, in evaluation mode and without gradients, so that layers that
+  // do not fit the data (in_features, channels, an image size, an exported
+  // program's shape) are refused with exit 2 before anything is written,
+  // not at the first step.
+  void check_batch(kiln::Split split, const kiln::Batch& batch) override {
+    if (!batch.has("input"))
+      throw kiln::InvalidInput("the data module's batches have no \"input\", which this model takes");
+    if (split != kiln::Split::predict && !batch.has("target"))
+      throw kiln::InvalidInput(std::string("the data module's ") +
+                               (split == kiln::Split::train ? "train" : split == kiln::Split::val ? "val" : "test") +
+                               " batches have no \"target\", which this model trains and evaluates against");
+    at::Tensor input = batch["input"];
+    torch::nn::Module& net = module();
+    const std::vector<at::Tensor> params = net.parameters();
+    if (!params.empty() && input.device() != params[0].device()) input = input.to(params[0].device());
+    const bool training = net.is_training();
+    net.eval();
+    std::string refused;
+    try {
+      forward(input);
+    } catch (const c10::Error& e) {
+      refused = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      refused = e.what();
+    }
+    net.train(training);
+    if (refused.empty()) return;
+    refused = refused.substr(0, refused.find('\n'));
+    std::string shape;
+    for (int64_t d : input.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    throw kiln::InvalidInput("the model does not fit the data module's batches (input [" + shape + "] " +
+                             std::string(c10::toString(input.scalar_type())) + "): " + refused);
+  }
+
   // Probabilities rather than logits, so predictions read the same whatever
   // the model and can be compared across runs.
   at::Tensor predict_step(const kiln::Batch& batch, int64_t) override {

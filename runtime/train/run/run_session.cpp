@@ -190,6 +190,7 @@ class Run {
     spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s", seconds_since_start());
     wire_loops();
     collect_parameters();
+    check_batches();
     if (m_.averaging.kind != AveragingKind::none) {
       averaging_.emplace(m_.averaging, settings_.max_epochs, state_.params, state_.buffers);
       state_.averaged = &averaging_->state();
@@ -278,6 +279,17 @@ class Run {
       double sum = 0;
       for (auto& [name, tensor] : state_.params) sum += tensor.sum().item<double>();
       spdlog::debug("initial parameter sum {:.6f}", sum);
+    }
+  }
+
+  // The model looks at the first samples of each split this command reads
+  // (ABI 1.5), so that a model and data that do not fit together are
+  // refused now, exit 2, before anything is written — not at the first step.
+  void check_batches() {
+    if (!model_->has_check_batch()) return;
+    for (kiln_split split : splits_used()) {
+      BatchPtr sample = batches_->sample(split, 2);
+      if (sample) model_->check_batch(split, *sample);
     }
   }
 

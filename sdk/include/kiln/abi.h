@@ -1,5 +1,5 @@
 /*
- * kiln/abi.h — the kiln plugin ABI, version 1.4.
+ * kiln/abi.h — the kiln plugin ABI, version 1.5.
  *
  * This header is the only contract between the kiln host and its plugins.
  * It is plain C (C99 and C++17), includes only <stddef.h> and <stdint.h>, and
@@ -34,6 +34,9 @@
  * - 1.4 appended kiln_data_hooks.get_batch_seeded (a batch asked for with
  *   the epoch and one seed per sample, for random transforms that are the
  *   same with any number of data workers or processes, and after a resume).
+ * - 1.5 appended kiln_model_hooks.check_batch (the model sees a sample of
+ *   the data module's batches before anything is written, and refuses a
+ *   model and data that do not fit together with exit 2).
  * - A NULL function pointer means "not implemented": the host does the default
  *   (documented per hook) and the hook is listed as absent by `kiln inspect`.
  *
@@ -89,7 +92,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_VERSION_MAJOR 1
-#define KILN_ABI_VERSION_MINOR 4
+#define KILN_ABI_VERSION_MINOR 5
 
 /* The symbol every plugin shared object exports. */
 #define KILN_ENTRY_SYMBOL "kiln_plugin_entry"
@@ -487,6 +490,17 @@ typedef struct kiln_model_hooks {
    * evaluation mode for val and test. NULL: nothing is called (the rows are
    * still gathered when a callback wants them). */
   kiln_error* (*on_epoch_end)(kiln_instance* self, kiln_split split, const kiln_batch* collected);
+
+  /* --- ABI 1.5 ---------------------------------------------------------- */
+  /* [main-thread & active] Looks at a sample of `split`'s batches — its
+   * first samples (at most 2), as the data module's get_batch built them,
+   * on the CPU — after setup and before anything runs or is written, once
+   * for each split the command reads. Return KILN_ERROR_INVALID_ARGUMENT
+   * for a batch this model cannot take (a shape or dtype it was not built
+   * for, a key it needs), naming what it expected and what it got: the
+   * host then exits 2 and writes nothing. Must not change the model's
+   * state. NULL: nothing is checked before the first step. */
+  kiln_error* (*check_batch)(kiln_instance* self, kiln_split split, const kiln_batch* batch);
 } kiln_model_hooks;
 
 /* The batch kiln_data_hooks.get_batch_seeded is asked for (1.4). Borrowed

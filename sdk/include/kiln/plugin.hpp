@@ -229,6 +229,11 @@ class Model : public Plugin {
   // every rank's collected rows (ABI 1.2): compute a whole-split metric and
   // log it; every rank gets the same rows, so no sync is needed.
   virtual void on_epoch_end(Split, const Collected&) {}
+  // A sample of `split`'s batches (its first samples, on the CPU), before
+  // anything runs or is written (ABI 1.5): throw InvalidInput, naming what
+  // this model expects and what the batch holds, for data it cannot take;
+  // `kiln` then exits 2 and writes nothing. Must not change the model.
+  virtual void check_batch(Split, const Batch&) {}
 };
 
 // The batch a data module is asked for (kiln_batch_request, ABI 1.4).
@@ -494,6 +499,14 @@ kiln_error* on_epoch_end(kiln_instance* i, kiln_split split, const kiln_batch* c
 }
 
 template <class T>
+kiln_error* check_batch(kiln_instance* i, kiln_split split, const kiln_batch* batch) noexcept {
+  return guarded(host_of<T>(i), [&] {
+    torch::NoGradGuard no_grad;
+    self<T>(i).check_batch(static_cast<Split>(split), Batch(host_of<T>(i), batch));
+  });
+}
+
+template <class T>
 const kiln_model_hooks* model_hooks() {
   static const kiln_model_hooks table = {
       sizeof(kiln_model_hooks),
@@ -503,6 +516,7 @@ const kiln_model_hooks* model_hooks() {
       KILN_SDK_OVERRIDES(T, Model, test_step) ? &test_step<T> : nullptr,
       KILN_SDK_OVERRIDES(T, Model, predict_step) ? &predict_step<T> : nullptr,
       KILN_SDK_OVERRIDES(T, Model, on_epoch_end) ? &on_epoch_end<T> : nullptr,
+      KILN_SDK_OVERRIDES(T, Model, check_batch) ? &check_batch<T> : nullptr,
   };
   return &table;
 }
