@@ -80,7 +80,7 @@ struct CnnImpl : torch::nn::Module {
 TORCH_MODULE(Cnn);
 
 // CUDA autocast to bfloat16 for one scope, as kiln's AutocastScope
-// (runtime/train/precision.cpp). LibTorch 2.4 made the switches per device type.
+// (runtime/optim/precision.cpp). LibTorch 2.4 made the switches per device type.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 bool cuda_autocast_enabled() { return at::autocast::is_autocast_enabled(at::kCUDA); }
 void set_cuda_autocast_enabled(bool on) { at::autocast::set_autocast_enabled(at::kCUDA, on); }

@@ -1,6 +1,6 @@
 // The checkpoint file format: its layout, the checksum over it and the error
 // a file that breaks it raises. No LibTorch here: a checkpoint is named
-// sections of bytes; what they mean is run_state's business. The writer
+// sections of bytes; what they mean is their parts' business (ckpt/checkpoint_parts.hpp). The writer
 // (checkpoint_writer) and the reader (checkpoint_file) both build on this.
 //
 // Layout (all integers little-endian):

@@ -21,7 +21,7 @@ struct TrainPosition {
   // Where the epoch continues in its global sample order: its first
   // next_sample samples (all ranks' batches together) are trained. This,
   // not next_batch, is what a resumed run goes by, so that another world
-  // size or batch size continues exactly (train/sampler.hpp). -1: not
+  // size or batch size continues exactly (data/sampler.hpp). -1: not
   // recorded (a checkpoint from an older kiln: next_batch of the same
   // world size and batch size).
   int64_t next_sample = -1;

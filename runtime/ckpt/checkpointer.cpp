@@ -68,7 +68,7 @@ void Checkpointer::agree(const std::string& error) {
 }
 
 std::filesystem::path Checkpointer::commit(const TrainPosition& position,
-                                           const std::function<RunStateView(const TrainPosition&)>& state) {
+                                           const Prepare& prepare) {
   const std::filesystem::path file = file_for(position);
   const auto started = std::chrono::steady_clock::now();
   size_t snapshot_bytes = 0;
@@ -82,19 +82,19 @@ std::filesystem::path Checkpointer::commit(const TrainPosition& position,
     previous_done = std::chrono::steady_clock::now();
     if (error.empty()) {
       try {
-        const RunStateView view = state(position);
+        const std::optional<double> monitored = prepare(position);
         // Asynchronous: the buffers stay for the next snapshot (docs/checkpoints.md, "Memory").
-        auto snapshot = std::make_shared<const CheckpointSnapshot>(
-            snapshot_run_state(view, config_.async ? &snapshot_buffers_ : nullptr));
+        auto snapshot =
+            std::make_shared<const CheckpointSnapshot>(parts_.snapshot(config_.async ? &snapshot_buffers_ : nullptr));
         snapshot_bytes = snapshot->bytes();
         snapshot_done = std::chrono::steady_clock::now();
         if (config_.async) {
-          background_.start([this, file, position, monitored = view.monitored, snapshot] {
+          background_.start([this, file, position, monitored, snapshot] {
             run_on_idle_cpu_only();
             write(file, position, monitored, *snapshot);
           });
         } else {
-          write(file, position, view.monitored, *snapshot);
+          write(file, position, monitored, *snapshot);
         }
       } catch (const std::exception& e) {
         error = e.what();
@@ -134,15 +134,6 @@ void Checkpointer::raise_background_failure() {
   throw std::runtime_error("checkpoint not committed: " + std::exchange(background_error_, {}));
 }
 
-std::string Checkpointer::restore(const std::filesystem::path& file, RunStateView& view) {
-  const CheckpointFile checkpoint = CheckpointFile::read(file);
-  restore_run_state(checkpoint, view);
-  spdlog::info("resumed from {}: epoch {}, batch {}, step {}", file.string(), view.position.epoch,
-               view.position.next_batch, view.position.global_step);
-  std::error_code ec;
-  return fmt::format("{} ({} bytes): epoch {}, batch {}, step {}", file.filename().string(),
-                     std::filesystem::file_size(file, ec), view.position.epoch, view.position.next_batch,
-                     view.position.global_step);
-}
+void Checkpointer::restore(const std::filesystem::path& file) const { parts_.restore(CheckpointFile::read(file)); }
 
 }  // namespace kiln

@@ -20,7 +20,8 @@
 #include "ckpt/background_commit.hpp"
 #include "ckpt/checkpoint_dir.hpp"
 #include "ckpt/retention.hpp"
-#include "ckpt/run_state.hpp"
+#include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/checkpoint_parts.hpp"
 #include "config/manifest.hpp"
 
 namespace kiln {
@@ -38,13 +39,19 @@ class Checkpointer {
   // (so that retention may prune them).
   void open();
 
-  // Commits a checkpoint at `position` on every rank together. `state` is
-  // called on rank 0 only, to build what is saved. Returns the file
-  // committed (asynchronous: being written), on every rank; throws on every
-  // rank when the commit failed, or the one before it in the background
-  // (rank 0 with the cause; the others with PeerFailure).
-  std::filesystem::path commit(const TrainPosition& position,
-                               const std::function<RunStateView(const TrainPosition&)>& state);
+  // What a checkpoint holds: every component registers its part here
+  // (ckpt/checkpoint_parts.hpp).
+  CheckpointParts& parts() { return parts_; }
+
+  // Commits a checkpoint at `position` on every rank together, of the
+  // registered parts. `prepare` is called on rank 0 only, before the parts
+  // are saved, to bring what they export up to `position`; it returns the
+  // monitored value retention ranks the checkpoint by (none: nullopt).
+  // Returns the file committed (asynchronous: being written), on every
+  // rank; throws on every rank when the commit failed, or the one before it
+  // in the background (rank 0 with the cause; the others with PeerFailure).
+  using Prepare = std::function<std::optional<double>(const TrainPosition&)>;
+  std::filesystem::path commit(const TrainPosition& position, const Prepare& prepare);
 
   // On every rank together: waits until no commit is in flight; throws as
   // commit() does when the one in flight failed. A no-op when synchronous.
@@ -56,9 +63,10 @@ class Checkpointer {
   // On every rank, once a vote said some rank's background commit failed.
   [[noreturn]] void raise_background_failure();
 
-  // Restores `file` into `view` (after checking it fits). Returns the resume
-  // point in one line: name, size and position, for the start-up agreement.
-  static std::string restore(const std::filesystem::path& file, RunStateView& view);
+  // Restores `file` into the registered parts (after every part checked
+  // that it fits). Throws CheckpointError naming the file and the first
+  // mismatch.
+  void restore(const std::filesystem::path& file) const;
 
 
  private:
@@ -76,6 +84,7 @@ class Checkpointer {
   const CheckpointConfig& config_;
   int rank_;
   AllSucceeded all_succeeded_;
+  CheckpointParts parts_;
   CheckpointDirectory directory_;
   std::string background_error_;  // rank 0: a failure background_failed() saw
   SnapshotBuffers snapshot_buffers_;  // rank 0, asynchronous: kept between snapshots

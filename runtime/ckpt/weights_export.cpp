@@ -11,8 +11,8 @@
 
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_meta.hpp"
-#include "ckpt/run_state.hpp"
 #include "ckpt/safetensors_format.hpp"
+#include "ckpt/tensor_sections.hpp"
 #include "util/durable_file.hpp"
 #include "util/errors.hpp"
 

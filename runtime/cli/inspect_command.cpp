@@ -8,9 +8,9 @@
 #include "ckpt/checkpoint_meta.hpp"
 #include "config/manifest.hpp"
 #include "plugin/loader.hpp"
-#include "train/data_summary.hpp"
+#include "data/data_summary.hpp"
 #include "train/model_parameters.hpp"
-#include "train/trainer.hpp"
+#include "train/run/trainer.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {

@@ -20,7 +20,7 @@
 #include "distributed/restarts.hpp"
 #include "distributed/supervisor.hpp"
 #include "plugin/loader.hpp"
-#include "train/trainer.hpp"
+#include "train/run/trainer.hpp"
 #include "util/errors.hpp"
 #include "util/process_info.hpp"
 #include "util/run_dir_lock.hpp"

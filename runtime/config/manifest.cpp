@@ -18,6 +18,7 @@
 #include <system_error>
 #include <tuple>
 
+#include "config/hparams_table.hpp"
 #include "config/input_guard.hpp"
 #include "config/manifest_overrides.hpp"
 #include "config/manifest_validation.hpp"
@@ -129,6 +130,7 @@ Manifest load_manifest(const fs::path& file, const std::vector<std::string>& ove
   manifest.file = absolute;
   manifest_detail::validate_manifest(root, ctx, manifest, search);
   manifest.text = manifest_detail::toml_text(root);
+  manifest.hparams = flatten_manifest_hparams(root);
   return manifest;
 }
 

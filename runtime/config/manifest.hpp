@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/hparams.hpp"
 #include "config/options.hpp"
 
 namespace kiln {
@@ -70,7 +71,7 @@ struct TrainerConfig {
   int64_t fast_dev_run = 0;         // N > 0: N batches of train/val/test, 1 epoch, no checkpoints
   bool shuffle = true;
   bool drop_last = false;
-  CountOrAuto data_workers;         // threads calling get_batch; 0 = inline (train/data_workers.hpp)
+  CountOrAuto data_workers;         // threads calling get_batch; 0 = inline (data/data_workers.hpp)
   CountOrAuto prefetch_batches;     // batches in flight; auto = twice the workers, at least 4
   int64_t log_every_n_steps = 50;
   ProgressMode progress = ProgressMode::automatic;
@@ -192,6 +193,9 @@ int64_t swa_start_epoch(const AveragingConfig& averaging, int64_t max_epochs);
 struct Manifest {
   std::filesystem::path file;       // the manifest itself (absolute)
   std::string text;                 // the manifest as read, with overrides applied (for checkpoints)
+  // The same flattened to dotted keys, for the loggers that record a run's
+  // hyperparameters (config/hparams.hpp): parsed once, here.
+  std::vector<HParam> hparams;
   RunConfig run;
   PluginSpec model;
   PluginSpec data;

@@ -20,7 +20,7 @@
 #include "config/schema_declaration.hpp"
 #include "config/text.hpp"
 #include "kiln/detail/suggest.hpp"
-#include "metrics/logger_names.hpp"
+#include "config/logger_registry.hpp"
 #include "util/shortest_double.hpp"
 
 namespace kiln {
@@ -167,7 +167,7 @@ TableSchema declare_trainer_table() {
 
 TableSchema declare_optimizer_table() {
   TableDeclaration<OptimizerConfig> optimizer("optimizer", &Manifest::optimizer,
-                                              "The optimizer (built by runtime/train/optim_registry.cpp)");
+                                              "The optimizer (built by runtime/optim/optim_registry.cpp)");
   optimizer.key("name", &OptimizerConfig::name, "which optimizer");
   optimizer.key("lr", &OptimizerConfig::lr, "the base learning rate").above(0.0);
   optimizer.key("weight_decay", &OptimizerConfig::weight_decay, "L2 penalty (decoupled for adamw)").at_least(0.0);

@@ -33,12 +33,12 @@ enum class GradientCompression { none, bf16, fp16 };
 // Lightning's names: full float32, bfloat16 autocast, float16 autocast with a
 // gradient scaler.
 enum class Precision { fp32, bf16_mixed, fp16_mixed };
-// What a non-finite training loss or gradient norm does (train/nonfinite_watch.hpp).
+// What a non-finite training loss or gradient norm does (optim/nonfinite_watch.hpp).
 enum class NonfiniteMode { off, warn, raise };
-// Where the fit's time went (train/profiler.hpp): nothing, a table at the
+// Where the fit's time went (profiling/profiler.hpp): nothing, a table at the
 // end, or a Chrome trace per rank.
 enum class ProfilerKind { none, simple, trace };
-// Averaged weights kept beside the trained ones (train/weight_averaging.hpp).
+// Averaged weights kept beside the trained ones (optim/weight_averaging.hpp).
 enum class AveragingKind { none, ema, swa };
 
 // The names a manifest writes, index = the enum's value.

@@ -2,7 +2,7 @@
 // between them (2.x splits a ProcessGroup from its per-device Backends; the
 // DDP Reducer's constructor changed): every difference lives here, behind
 // TORCH_VERSION_MAJOR/MINOR. (The one other adapter is autocast's, in
-// train/precision.cpp; docs.version_ifs_only_in_adapters checks.)
+// optim/precision.cpp; docs.version_ifs_only_in_adapters checks.)
 #pragma once
 
 #include <chrono>

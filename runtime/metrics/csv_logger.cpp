@@ -1,5 +1,7 @@
 #include "metrics/csv_logger.hpp"
 
+#include "config/logger_registry.hpp"
+
 namespace kiln {
 
 void CsvLogger::log(const LogRow& row) {
@@ -9,5 +11,7 @@ void CsvLogger::log(const LogRow& row) {
   cells["step"] = static_cast<double>(row.step);
   log_.append(cells);
 }
+
+std::unique_ptr<Logger> make_csv_logger(const LoggerContext& context) { return std::make_unique<CsvLogger>(context.run_dir); }
 
 }  // namespace kiln

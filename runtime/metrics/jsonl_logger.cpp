@@ -1,5 +1,7 @@
 #include "metrics/jsonl_logger.hpp"
 
+#include "config/logger_registry.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,30 +13,6 @@
 
 namespace kiln {
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-          out += escaped;
-        } else {
-          out += ch;  // UTF-8 passes through as it is
-        }
-    }
-  }
-  return out + "\"";
-}
 
 // Python's repr of the double, as metrics.csv writes it (every form of it,
 // 10.0, 1e-05, 1e+16, is a JSON number); NaN and infinities, which JSON
@@ -71,5 +49,7 @@ std::string JsonlLogger::state() {
   file_->sync();
   return std::to_string(file_->size());
 }
+
+std::unique_ptr<Logger> make_jsonl_logger(const LoggerContext& context) { return std::make_unique<JsonlLogger>(context.run_dir); }
 
 }  // namespace kiln

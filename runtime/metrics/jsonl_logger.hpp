@@ -10,14 +10,13 @@
 #include <string>
 
 #include "metrics/logger.hpp"
+#include "util/json_string.hpp"
 #include "util/append_file.hpp"
 
 namespace kiln {
 
 // One row as a JSON object, without the newline.
 std::string json_line(const LogRow& row);
-// `s` as a JSON string literal, quotes included.
-std::string json_string(const std::string& s);
 // `v` as a JSON number (shortest round-trip text), or null.
 std::string json_number(double v);
 

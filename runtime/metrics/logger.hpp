@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "metrics/hparams.hpp"
+#include "config/hparams.hpp"
 
 namespace kiln {
 
@@ -46,7 +46,7 @@ class Logger {
   // Flushes, then describes the file so that open() can continue it from
   // exactly here; "" before open().
   virtual std::string state() = 0;
-  // The run's hyperparameters (metrics/hparams.hpp), given before open(): a
+  // The run's hyperparameters (config/hparams.hpp), given before open(): a
   // logger that records them writes them when it creates its file (not when
   // it continues one). Others ignore them.
   virtual void set_hparams(const std::vector<HParam>& /*hparams*/) {}

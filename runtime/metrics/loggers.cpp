@@ -5,58 +5,77 @@
 
 #include <spdlog/spdlog.h>
 
-#include "metrics/csv_logger.hpp"
-#include "metrics/jsonl_logger.hpp"
-#include "metrics/logger_names.hpp"
-#include "metrics/tensorboard_logger.hpp"
+#include "config/manifest.hpp"
+#include "config/logger_registry.hpp"
 
 namespace kiln {
 
-const char* kind_name(LogRow::Kind kind) { return kind == LogRow::Kind::step ? "step" : "epoch"; }
+class Loggers::Part : public Stateful {
+ public:
+  explicit Part(Loggers& loggers) : loggers_(loggers) {}
+  void save(CheckpointSnapshot& snapshot) const override {
+    for (const auto& [name, state] : loggers_.states()) snapshot.add("logger/" + name, state);
+  }
+  void load(const CheckpointFile& file) override {
+    std::map<std::string, std::string> states;
+    for (const auto& logger : loggers_.loggers_) {
+      const std::string name = logger->name();
+      if (file.has("logger/" + name)) states[name] = std::string(file.section("logger/" + name));
+    }
+    // An older kiln's: metrics.csv's text, and one line per other logger.
+    if (file.has("metrics/csv")) states.emplace("csv", std::string(file.section("metrics/csv")));
+    if (file.has("metrics/loggers")) {
+      std::istringstream in{std::string(file.section("metrics/loggers"))};
+      for (std::string line; std::getline(in, line);) {
+        const size_t space = line.find(' ');
+        if (space != std::string::npos) states.emplace(line.substr(0, space), line.substr(space + 1));
+      }
+    }
+    loggers_.restore(std::move(states));
+  }
 
-const std::vector<std::string>& Loggers::known_names() { return logger_names(); }
+ private:
+  Loggers& loggers_;
+};
 
-Loggers::Loggers(const std::vector<std::string>& names, const std::filesystem::path& run_dir) {
-  for (const auto& name : names) {
-    if (name == "csv") loggers_.push_back(std::make_unique<CsvLogger>(run_dir));
-    else if (name == "jsonl") loggers_.push_back(std::make_unique<JsonlLogger>(run_dir));
-    else if (name == "tensorboard") loggers_.push_back(std::make_unique<TensorBoardLogger>(run_dir));
-    else throw std::invalid_argument("unknown logger '" + name + "'");  // the manifest refuses it first
+Loggers::Loggers(const LoggingConfig& config, const std::filesystem::path& run_dir,
+                 const std::vector<HParam>* hparams)
+    : part_(std::make_unique<Part>(*this)) {
+  const LoggerContext context{config, run_dir, hparams};
+  for (const auto& name : config.loggers) {
+    const LoggerEntry* entry = nullptr;
+    for (const LoggerEntry& e : logger_registry())
+      if (name == e.name) entry = &e;
+    if (!entry) throw std::invalid_argument("unknown logger '" + name + "'");  // the manifest refuses it first
+    loggers_.push_back(entry->make(context));
   }
 }
 
 Loggers::~Loggers() = default;
-Loggers::Loggers(Loggers&&) noexcept = default;
-Loggers& Loggers::operator=(Loggers&&) noexcept = default;
-
-void Loggers::restore(const std::string& csv, const std::string& others) {
-  restored_csv_ = csv;
-  restored_others_ = others;
+Loggers::Loggers(Loggers&& other) noexcept
+    : loggers_(std::move(other.loggers_)),
+      part_(std::make_unique<Part>(*this)),
+      restored_(std::move(other.restored_)),
+      may_open_(other.may_open_),
+      open_(other.open_) {}
+Loggers& Loggers::operator=(Loggers&& other) noexcept {
+  loggers_ = std::move(other.loggers_);
+  restored_ = std::move(other.restored_);
+  may_open_ = other.may_open_;
+  open_ = other.open_;
+  return *this;
 }
 
-void Loggers::set_hparams(std::vector<HParam> hparams) {
-  for (auto& logger : loggers_) logger->set_hparams(hparams);
-}
+Stateful& Loggers::checkpoint_part() { return *part_; }
+
+void Loggers::restore(std::map<std::string, std::string> states) { restored_ = std::move(states); }
 
 void Loggers::open() { may_open_ = true; }
 
 void Loggers::open_files() {
-  std::istringstream in(restored_others_);
-  std::vector<std::pair<std::string, std::string>> saved;
-  for (std::string line; std::getline(in, line);) {
-    const size_t space = line.find(' ');
-    if (space != std::string::npos) saved.emplace_back(line.substr(0, space), line.substr(space + 1));
-  }
   for (auto& logger : loggers_) {
-    std::string state;
-    if (std::string(logger->name()) == "csv") {
-      state = restored_csv_;
-    } else {
-      // A logger the checkpoint did not have (added on resume) starts afresh.
-      for (const auto& [name, s] : saved)
-        if (name == logger->name()) state = s;
-    }
-    logger->open(state);
+    const auto it = restored_.find(logger->name());
+    logger->open(it == restored_.end() ? std::string() : it->second);
   }
   open_ = true;
 }
@@ -82,18 +101,10 @@ void Loggers::finish(bool success) {
   }
 }
 
-std::string Loggers::csv_state() {
-  if (!open_) return restored_csv_;
-  for (auto& logger : loggers_)
-    if (std::string(logger->name()) == "csv") return logger->state();
-  return "";
-}
-
-std::string Loggers::states() {
-  if (!open_) return restored_others_;
-  std::string out;
-  for (auto& logger : loggers_)
-    if (std::string(logger->name()) != "csv") out += std::string(logger->name()) + " " + logger->state() + "\n";
+std::map<std::string, std::string> Loggers::states() {
+  if (!open_) return restored_;
+  std::map<std::string, std::string> out;
+  for (auto& logger : loggers_) out[logger->name()] = logger->state();
   return out;
 }
 

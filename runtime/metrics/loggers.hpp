@@ -1,35 +1,46 @@
 // The loggers a run writes to ([logging] loggers), as one: every row goes to
 // each. Rank 0 alone opens and writes them; every rank may keep and hand back
-// their checkpoint state (only rank 0's is saved).
+// their checkpoint state (only rank 0's is saved). Which loggers exist is
+// config/logger_registry's business; this is the fan-out.
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ckpt/stateful.hpp"
+#include "config/hparams.hpp"
 #include "metrics/logger.hpp"
 
 namespace kiln {
 
+struct LoggingConfig;
+
 class Loggers {
  public:
-  // The names [logging] loggers accepts, in the order the docs list them.
-  static const std::vector<std::string>& known_names();
-
-  // `names` were checked by the manifest (known, no repeats).
-  Loggers(const std::vector<std::string>& names, const std::filesystem::path& run_dir);
+  // The loggers config.loggers names (checked by the manifest: known, no
+  // repeats), made by the registry. `hparams` (may be null): the run's
+  // hyperparameters, for the loggers that record them.
+  Loggers(const LoggingConfig& config, const std::filesystem::path& run_dir,
+          const std::vector<HParam>* hparams = nullptr);
   ~Loggers();
   Loggers(Loggers&&) noexcept;
   Loggers& operator=(Loggers&&) noexcept;
 
-  // A checkpoint's states, before open(): `csv` is metrics.csv's text (the
-  // checkpoint's "metrics/csv"), `others` the lines states() returned.
-  void restore(const std::string& csv, const std::string& others);
-  // The run's hyperparameters (flatten_manifest_hparams(manifest.text)),
-  // before open(): the TensorBoard logger writes them when it creates its
-  // file (TensorBoard's HPARAMS tab; docs/logging.md).
-  void set_hparams(std::vector<HParam> hparams);
+  // Each logger's state by its name, as a checkpoint keeps it (flushes
+  // first); before open(), what restore() was given.
+  std::map<std::string, std::string> states();
+  // A checkpoint's states, before open(): each logger continues from its
+  // own; a logger the checkpoint did not have (added on resume) starts afresh.
+  void restore(std::map<std::string, std::string> states);
+  // The loggers' part of a checkpoint: "logger/<name>" for each logger
+  // (ckpt/checkpoint_parts.hpp). A checkpoint of an older kiln has csv's in
+  // "metrics/csv" and the others' as "<name> <state>" lines in
+  // "metrics/loggers": read as well.
+  Stateful& checkpoint_part();
+
   // From now on the run directory may be written. Each logger's file is
   // opened (afresh, or continuing the restored state) at the first row, so a
   // command that logs nothing (`kiln predict`) leaves the files as they were.
@@ -41,15 +52,13 @@ class Loggers {
   // no row was logged (no file open). Never throws: a logger that cannot
   // write it warns.
   void finish(bool success);
-  // For a checkpoint (flushes first): metrics.csv's text, and one line
-  // "<logger> <state>" for each other logger.
-  std::string csv_state();
-  std::string states();
 
  private:
+  class Part;
   std::vector<std::unique_ptr<Logger>> loggers_;
+  std::unique_ptr<Part> part_;
   void open_files();
-  std::string restored_csv_, restored_others_;
+  std::map<std::string, std::string> restored_;
   bool may_open_ = false;
   bool open_ = false;  // the files are open
 };

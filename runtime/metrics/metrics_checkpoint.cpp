@@ -8,8 +8,6 @@ void MetricsPart::save(CheckpointSnapshot& snapshot) const {
   for (size_t r = 0; r < s_.state.size(); ++r) snapshot.add("metrics/state/" + std::to_string(r), s_.state[r]);
   for (size_t r = 0; r < s_.tensor_state.size(); ++r)
     snapshot.add("metrics/tensor_state/" + std::to_string(r), s_.tensor_state[r]);
-  snapshot.add("metrics/csv", s_.csv);
-  if (!s_.loggers.empty()) snapshot.add("metrics/loggers", s_.loggers);  // absent: csv only, as before
   if (!s_.collected.empty()) snapshot.add("metrics/collected/train", s_.collected);
 }
 
@@ -28,8 +26,6 @@ void MetricsPart::load(const CheckpointFile& file) {
   if (!s_.state.empty() && saved_by_.world_size > 0 && s_.state.size() != static_cast<size_t>(saved_by_.world_size))
     throw CheckpointError(where + ": it holds the metrics of " + std::to_string(s_.state.size()) +
                           " ranks but was saved by " + std::to_string(saved_by_.world_size));
-  s_.csv = std::string(file.section("metrics/csv"));
-  s_.loggers = file.has("metrics/loggers") ? std::string(file.section("metrics/loggers")) : "";
   s_.collected = file.has("metrics/collected/train") ? std::string(file.section("metrics/collected/train")) : "";
 }
 

@@ -3,8 +3,8 @@
 // "metrics/pending" (rank 0's export_pending, for older kilns),
 // "metrics/state/<r>" and "metrics/tensor_state/<r>" (every rank's
 // unreduced metrics, in rank order: an interrupted epoch's, exactly; absent
-// in an older kiln's checkpoint), "metrics/csv" (metrics.csv so far) and
-// "metrics/loggers" (the other loggers' states; absent: csv only).
+// in an older kiln's checkpoint) and "metrics/collected/train". The
+// loggers' states are their own part (metrics/loggers.hpp).
 #pragma once
 
 #include <string>
@@ -18,7 +18,6 @@ namespace kiln {
 struct MetricsSections {
   std::string latest, pending;
   std::vector<std::string> state, tensor_state;  // per rank
-  std::string csv, loggers;
   std::string collected;  // "metrics/collected/train": an interrupted epoch's collected rows (absent: none)
 };
 

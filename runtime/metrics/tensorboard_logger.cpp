@@ -1,5 +1,7 @@
 #include "metrics/tensorboard_logger.hpp"
 
+#include "config/logger_registry.hpp"
+
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -66,6 +68,12 @@ std::string TensorBoardLogger::state() {
   if (!file_) return "";
   file_->sync();
   return std::to_string(file_->size());
+}
+
+std::unique_ptr<Logger> make_tensorboard_logger(const LoggerContext& context) {
+  auto logger = std::make_unique<TensorBoardLogger>(context.run_dir);
+  if (context.hparams) logger->set_hparams(*context.hparams);
+  return logger;
 }
 
 }  // namespace kiln

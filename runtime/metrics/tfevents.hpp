@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "metrics/hparams.hpp"
+#include "config/hparams.hpp"
 
 namespace kiln {
 

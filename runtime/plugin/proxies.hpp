@@ -13,7 +13,7 @@
 
 #include "common/named_tensors.hpp"
 #include "plugin/plugin_instance.hpp"
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 
 namespace kiln {
 

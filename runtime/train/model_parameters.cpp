@@ -1,6 +1,5 @@
 #include "train/model_parameters.hpp"
 
-#include "ckpt/run_state.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "plugin/proxies.hpp"
 #include "plugin/inspect_services.hpp"

@@ -17,7 +17,7 @@ class Tensor;
 
 namespace kiln {
 
-// From named tensors (run_state.hpp's NamedTensors), without LibTorch here.
+// From named tensors (common/named_tensors.hpp), without LibTorch here.
 std::vector<ParameterInfo> parameter_infos(const std::vector<std::pair<std::string, at::Tensor>>& params);
 
 // Throws HookError (the plugin's own message) when the model refuses.

@@ -11,7 +11,7 @@
 // fuzzed is what kiln does with valid files of crafted content. read_meta()
 // gives metadata or CheckpointError; the SDK's plugin-state tensors
 // (kiln::detail::tensor_from_bytes, behind StateReader::read_tensor) a
-// tensor or std::invalid_argument; restore_run_state() into a small model
+// tensor or std::invalid_argument; the parts a run registers, restored into a small model
 // with an Adam or SGD optimizer restores or throws (CheckpointError; other
 // exceptions are tolerated and logged once each, see note()).
 //
@@ -36,7 +36,12 @@
 
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_writer.hpp"
-#include "ckpt/run_state.hpp"
+#include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/checkpoint_parts.hpp"
+#include "ckpt/tensor_sections.hpp"
+#include "metrics/metrics_checkpoint.hpp"
+#include "plugin/plugin_states.hpp"
+#include "optim/optimizer_checkpoint.hpp"
 #include "fuzz_file.hpp"
 #include "kiln/detail/tensor_bytes.hpp"
 
@@ -86,7 +91,7 @@ struct Model {
   }
 };
 
-// Non-CheckpointError exceptions out of restore_run_state: tolerated (they
+// Non-CheckpointError exceptions out of a restore: tolerated (they
 // are errors, not crashes), reported once each so a run's log lists them.
 void note(const char* what) {
   static std::set<std::string> seen;
@@ -113,13 +118,31 @@ void use(const kiln::CheckpointFile& checkpoint, uint8_t flags) {
 
   static Model plain(false), buffered(true);
   Model& model = (flags & 2) ? buffered : plain;
-  kiln::RunStateView view;
-  view.params = &model.params;
-  view.buffers = &model.buffers;
-  view.trainable = &model.trainable;
-  view.optimizer = (flags & 1) ? static_cast<torch::optim::Optimizer*>(&model.sgd) : &model.adam;
+  // The parts a run registers (train/run/run_checkpoints.cpp), in its order.
+  kiln::TrainPosition position;
+  kiln::SavedBy saved_by;
+  const std::string monitor, manifest_text;
+  std::optional<double> monitored;
+  kiln::PluginStates plugin_states;
+  kiln::MetricsSections metrics;
+  const std::string groups;
+  kiln::MetaPart meta({position, saved_by, monitor, monitored, manifest_text});
+  kiln::ModelTensorsPart params("param/", "parameter", model.params), buffers("buffer/", "buffer", model.buffers);
+  kiln::RngPart rng(c10::Device(c10::kCPU));
+  kiln::PluginStatesPart plugins(plugin_states);
+  kiln::MetricsPart metrics_part(metrics, saved_by);
+  kiln::OptimizerPart optimizer((flags & 1) ? static_cast<torch::optim::Optimizer&>(model.sgd) : model.adam,
+                                &model.trainable, groups);
+  kiln::CheckpointParts parts;
+  parts.add("meta", meta, kiln::load_priority::position);
+  parts.add("param", params, kiln::load_priority::model);
+  parts.add("buffer", buffers, kiln::load_priority::model);
+  parts.add("rng", rng, kiln::load_priority::model);
+  parts.add("plugin", plugins, kiln::load_priority::run);
+  parts.add("metrics", metrics_part, kiln::load_priority::run);
+  parts.add("optim", optimizer, kiln::load_priority::model);
   try {
-    kiln::restore_run_state(checkpoint, view);
+    parts.restore(checkpoint);
   } catch (const kiln::CheckpointError&) {
   } catch (const std::exception& e) {
     note(e.what());

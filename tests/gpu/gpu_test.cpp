@@ -109,7 +109,7 @@ TEST_F(Gpu, TheTrainingStepDoesNotWaitForTheGpu) {
   Fit fit(3, -1, 1, 1, c10::Device(c10::kCUDA, 0));
   fit.model.has_val = fit.model.has_test = false;
   fit.metrics.on_device.emplace(/*defer_cpu=*/false);
-  fit.settings.training.gradient_clip_val = 0.5;
+  fit.clipping.value = 0.5;
   // Collected rows leave the device through pinned memory, non-blocking,
   // ordered by an event read at the epoch's end (metrics/collection).
   FakeCollector collector;

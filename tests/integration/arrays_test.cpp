@@ -70,13 +70,7 @@ open(f"{out}/bad/damaged.npz", "wb").write(bytes(npz))
 print("written")
 )PY";
 
-std::filesystem::path make_data(const TempDir& dir) {
-  write_file(dir / "make_data.py", kMakeData);
-  const ProcessResult r = run_process({check_python().string(), (dir / "make_data.py").string(), (dir / "data").string()},
-                                      {.timeout = kTimeout});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  return dir / "data";
-}
+std::filesystem::path make_data(const TempDir& dir) { return make_data_with(dir, kMakeData); }
 
 // A manifest whose [data] table holds `data_lines`; run dir `run_name`.
 std::filesystem::path manifest(const TempDir& dir, const std::string& run_name, const std::string& data_lines) {
@@ -91,11 +85,6 @@ std::filesystem::path manifest(const TempDir& dir, const std::string& run_name, 
 
 std::string q(const std::filesystem::path& p) { return "\"" + p.string() + "\""; }
 
-std::vector<std::map<std::string, double>> rows_without_timings(const std::filesystem::path& csv) {
-  auto rows = read_metrics(csv);
-  for (auto& row : rows) erase_timings(row);
-  return rows;
-}
 
 TEST(Arrays, NpyInEitherOrderAndSafetensorsTrainToTheSameNumbers) {
   KILN_REQUIRE_CHECK_PYTHON();

@@ -9,7 +9,8 @@
 
 #include "checkpoint_sections.hpp"
 #include "ckpt/checkpoint_file.hpp"
-#include "ckpt/run_state.hpp"
+#include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/tensor_sections.hpp"
 #include "common.hpp"
 
 namespace kiln::test {

@@ -15,7 +15,7 @@ inline std::map<std::string, std::string> state_sections(const std::filesystem::
   const CheckpointFile f = CheckpointFile::read(file);
   std::map<std::string, std::string> out;
   for (const auto& name : f.names())
-    if (name != "manifest" && name != "metrics/csv") out[name] = std::string(f.section(name));
+    if (name != "manifest" && name != "logger/csv" && name != "metrics/csv") out[name] = std::string(f.section(name));
   return out;
 }
 

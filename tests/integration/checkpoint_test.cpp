@@ -10,7 +10,8 @@
 #include <tuple>
 
 #include "ckpt/checkpoint_file.hpp"
-#include "ckpt/run_state.hpp"
+#include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/tensor_sections.hpp"
 #include "checkpoint_sections.hpp"
 #include "common.hpp"
 

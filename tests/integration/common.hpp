@@ -47,6 +47,23 @@ inline void erase_timings(std::map<std::string, double>& row) {
   for (const char* column : {"epoch_seconds", "train/samples_per_sec", "train/step_time"}) row.erase(column);
 }
 
+// metrics.csv's rows without the columns that measure time.
+inline std::vector<std::map<std::string, double>> rows_without_timings(const std::filesystem::path& csv) {
+  auto rows = read_metrics(csv);
+  for (auto& row : rows) erase_timings(row);
+  return rows;
+}
+
+// Runs `script` (Python: the checking Python's) with `dir / "data"` as its
+// argument, where it writes a test's data files; returns that folder.
+inline std::filesystem::path make_data_with(const TempDir& dir, const char* script) {
+  write_file(dir / "make_data.py", script);
+  const ProcessResult r = run_process({check_python().string(), (dir / "make_data.py").string(), (dir / "data").string()},
+                                      {.timeout = std::chrono::seconds(600)});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return dir / "data";
+}
+
 // Every file and directory under `root`: its kind, size, mtime and content
 // hash (what "nothing written" is checked against).
 inline std::map<std::string, std::string> snapshot(const std::filesystem::path& root) {

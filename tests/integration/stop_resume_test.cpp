@@ -236,5 +236,35 @@ INSTANTIATE_TEST_SUITE_P(Resume, EveryStop, testing::Values(1, 2),
                            return std::to_string(info.param) + (info.param == 1 ? "Process" : "Processes");
                          });
 
+// A checkpoint written by the kiln before checkpoint parts were registered
+// (main of 2026-11-28, ABI 1.5: metrics.csv's text in "metrics/csv", the
+// other loggers' states as lines of "metrics/loggers"; today each logger's
+// is "logger/<name>"), saved by `--set trainer.max_steps=6` inside epoch 1
+// of tests/data/checkpoint_before_parts/run.toml, with the run directory it
+// left: resumed by today's kiln, the run ends with the uninterrupted run's
+// files and weights, to the bit.
+TEST(Resume, ACheckpointOfTheKilnBeforeRegisteredPartsContinuesExactly) {
+  const std::filesystem::path fixture = source_dir() / "tests" / "data" / "checkpoint_before_parts";
+  auto manifest = [&](const TempDir& dir) {
+    std::string text = read_file(fixture / "run.toml");
+    const std::string relative = "dir = \"run\"";
+    text.replace(text.find(relative), relative.size(), "dir = \"" + (dir / "run").string() + "\"");
+    write_file(dir / "run.toml", text);
+    return dir / "run.toml";
+  };
+  TempDir uninterrupted;
+  const ProcessResult whole = kiln_fit(manifest(uninterrupted));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  TempDir resumed;
+  std::filesystem::copy(fixture / "run", resumed / "run", std::filesystem::copy_options::recursive);
+  const auto checkpoint = resumed / "run" / "checkpoints" / "last.ckpt";
+  ASSERT_TRUE(CheckpointFile::read(checkpoint).has("metrics/loggers")) << "the fixture is an older kiln's";
+  const ProcessResult r = kiln_fit(manifest(resumed), {"--resume", checkpoint.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("epoch 1, batch 2, step 6"), std::string::npos) << r.output;
+  expect_the_uninterrupted_run(read_logged(uninterrupted.path()), read_logged(resumed.path()));
+}
+
 }  // namespace
 }  // namespace kiln::test

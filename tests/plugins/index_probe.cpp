@@ -49,11 +49,22 @@ class IndexProbe final : public kiln::DataModule {
     return split == kiln::Split::train ? train_size_ : split == kiln::Split::val ? val_size_ : 0;
   }
 
+  // Seeded (ABI 1.4) only to see for_check (1.5): the sample the model's
+  // check_batch looks at before anything runs is no step's batch.
+  kiln::TensorMap get_batch_seeded(const kiln::BatchRequest& request) override {
+    return make_batch(request.split, request.indices, request.count, !request.for_check);
+  }
+
   kiln::TensorMap get_batch(kiln::Split split, const int64_t* indices, size_t count) override {
+    return make_batch(split, indices, count, true);
+  }
+
+ private:
+  kiln::TensorMap make_batch(kiln::Split split, const int64_t* indices, size_t count, bool record) {
     std::string line = split == kiln::Split::val ? "val " : "";
     for (size_t i = 0; i < count; ++i) line += (i ? " " : "") + std::to_string(indices[i]);
     line += "\n";
-    if ((split == kiln::Split::train || split == kiln::Split::val) && ::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    if (record && (split == kiln::Split::train || split == kiln::Split::val) && ::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
       throw std::runtime_error("cannot write " + record_);
     const at::Tensor index = torch::from_blob(const_cast<int64_t*>(indices), {static_cast<int64_t>(count)}, at::kLong).clone();
     const at::Tensor target = index.remainder(classes_);
@@ -63,7 +74,6 @@ class IndexProbe final : public kiln::DataModule {
     return {{"input", input}, {"target", target}};
   }
 
- private:
   std::string record_;
   int64_t train_size_ = 0, features_ = 0, classes_ = 0, val_size_ = 0;
   int fd_ = -1;

@@ -19,6 +19,7 @@
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_meta.hpp"
 #include "ckpt/checkpoint_writer.hpp"
+#include "support/run_process.hpp"
 #include "util/errors.hpp"
 
 namespace fs = std::filesystem;
@@ -26,16 +27,8 @@ namespace fs = std::filesystem;
 namespace kiln {
 namespace {
 
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.flush()) << path;
-}
+using test::read_file;
+using test::write_file;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -78,10 +71,10 @@ class CheckpointDirTest : public ::testing::Test {
   // header, metadata and trailer intact, the checksum no longer matches.
   // Written as a new file, as a hard-linked last.ckpt must not be written through.
   static void corrupt_tensor_bytes(const fs::path& path) {
-    std::string bytes = read_bytes(path);
+    std::string bytes = read_file(path);
     bytes[bytes.size() / 2] ^= 0x10;
     fs::remove(path);
-    write_bytes(path, bytes);
+    write_file(path, bytes);
   }
 
   fs::path dir_;
@@ -118,10 +111,10 @@ TEST_F(CheckpointDirTest, HeadDoesNotReadTheTensorData) {
 // A file cut anywhere is refused by the head alone, from its trailer.
 TEST_F(CheckpointDirTest, HeadRefusesEveryTruncation) {
   const fs::path good = write("good.ckpt", 1, 10, std::nullopt, 64);
-  const std::string bytes = read_bytes(good);
+  const std::string bytes = read_file(good);
   const fs::path cut = dir_ / "cut.ckpt";
   for (size_t size = 0; size < bytes.size(); ++size) {
-    write_bytes(cut, bytes.substr(0, size));
+    write_file(cut, bytes.substr(0, size));
     const std::string error = head_error(cut);
     EXPECT_FALSE(error.empty()) << "cut at " << size << " of " << bytes.size();
     EXPECT_EQ(error.find('\n'), std::string::npos) << error;
@@ -131,11 +124,11 @@ TEST_F(CheckpointDirTest, HeadRefusesEveryTruncation) {
 
 TEST_F(CheckpointDirTest, HeadRefusesForeignFilesAndFilesWithoutMetadata) {
   const fs::path zip = dir_ / "model.ckpt";
-  write_bytes(zip, std::string("PK\x03\x04 a zip, as torch.save writes", 33));
+  write_file(zip, std::string("PK\x03\x04 a zip, as torch.save writes", 33));
   EXPECT_TRUE(contains(head_error(zip), "is not a kiln checkpoint")) << head_error(zip);
 
   const fs::path empty = dir_ / "empty.ckpt";
-  write_bytes(empty, "");
+  write_file(empty, "");
   EXPECT_TRUE(contains(head_error(empty), "is empty")) << head_error(empty);
 
   const fs::path no_meta = dir_ / "no_meta.ckpt";
@@ -146,17 +139,17 @@ TEST_F(CheckpointDirTest, HeadRefusesForeignFilesAndFilesWithoutMetadata) {
   }
   EXPECT_TRUE(contains(head_error(no_meta), "no 'meta' section")) << head_error(no_meta);
 
-  std::string future = read_bytes(write("future.ckpt", 0, 1));
+  std::string future = read_file(write("future.ckpt", 0, 1));
   future[8] = 9;  // the format version
-  write_bytes(dir_ / "future.ckpt", future);
+  write_file(dir_ / "future.ckpt", future);
   EXPECT_TRUE(contains(head_error(dir_ / "future.ckpt"), "checkpoint format 9")) << head_error(dir_ / "future.ckpt");
 }
 
 TEST_F(CheckpointDirTest, ListingKeepsCorruptTensorBytesAndSkipsWhatCannotBeRead) {
   write("epoch=0001-step=000000010.ckpt", 1, 10);
   corrupt_tensor_bytes(write("epoch=0002-step=000000020.ckpt", 2, 20));
-  write_bytes(dir_ / "epoch=0003-step=000000030.ckpt", "KILNCKPT");  // truncated
-  write_bytes(dir_ / ".epoch=0004-step=000000040.ckpt.tmp-1", "");   // a temporary: not listed
+  write_file(dir_ / "epoch=0003-step=000000030.ckpt", "KILNCKPT");  // truncated
+  write_file(dir_ / ".epoch=0004-step=000000040.ckpt.tmp-1", "");   // a temporary: not listed
   std::vector<std::string> skipped;
   auto found = scan_checkpoints(dir_, [&](const CheckpointError& e) { skipped.push_back(e.what()); });
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.global_step < b.global_step; });

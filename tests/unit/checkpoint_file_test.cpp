@@ -6,6 +6,7 @@
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_dir.hpp"
 #include "ckpt/checkpoint_writer.hpp"
+#include "support/run_process.hpp"
 
 #include <gtest/gtest.h>
 
@@ -34,16 +35,8 @@ using kiln::CheckpointWriter;
 
 namespace {
 
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.flush()) << path;
-}
+using kiln::test::read_file;
+using kiln::test::write_file;
 
 // File names in `dir`, sorted.
 std::vector<std::string> listing(const fs::path& dir) {
@@ -166,7 +159,7 @@ TEST_F(CheckpointFileTest, LayoutMatchesTheDocumentedFormat) {
     w.add("ab", "xyz");
     w.commit();
   }
-  const std::string bytes = read_bytes(path);
+  const std::string bytes = read_file(path);
   const std::string expected_prefix = std::string("KILNCKPT") + std::string("\x01\0\0\0", 4) +
                                       std::string("\x02\0\0\0", 4) + "ab" + std::string("\x03\0\0\0\0\0\0\0", 8) +
                                       "xyz" + std::string("\xff\xff\xff\xff", 4) +
@@ -193,7 +186,7 @@ TEST_F(CheckpointFileTest, TemporaryLivesBesideTheFinalNameAndIsGoneAfterCommit)
 
 TEST_F(CheckpointFileTest, WriterDestroyedWithoutCommitRemovesTemporaryAndLeavesFinalUntouched) {
   const fs::path path = dir_ / "a.ckpt";
-  write_bytes(path, "previous content");
+  write_file(path, "previous content");
   fs::path temporary;
   {
     CheckpointWriter w(path);
@@ -202,7 +195,7 @@ TEST_F(CheckpointFileTest, WriterDestroyedWithoutCommitRemovesTemporaryAndLeaves
     EXPECT_TRUE(fs::exists(temporary));
   }
   EXPECT_FALSE(fs::exists(temporary));
-  EXPECT_EQ(read_bytes(path), "previous content");
+  EXPECT_EQ(read_file(path), "previous content");
   EXPECT_EQ(listing(dir_), std::vector<std::string>{"a.ckpt"});
 }
 
@@ -284,7 +277,7 @@ TEST_F(CheckpointFileTest, SnapshotCommitWritesTheStreamingWritersFile) {
   w.commit();
   kiln::commit_checkpoint(dir_ / "snapshot.ckpt", snapshot);
 
-  EXPECT_EQ(read_bytes(dir_ / "snapshot.ckpt"), read_bytes(dir_ / "streamed.ckpt"));
+  EXPECT_EQ(read_file(dir_ / "snapshot.ckpt"), read_file(dir_ / "streamed.ckpt"));
   const CheckpointFile f = CheckpointFile::read(dir_ / "snapshot.ckpt");
   EXPECT_EQ(f.names(), (std::vector<std::string>{"meta", "empty", "tensor", "small"}));
   EXPECT_EQ(f.section("tensor"), "head:" + large);
@@ -293,7 +286,7 @@ TEST_F(CheckpointFileTest, SnapshotCommitWritesTheStreamingWritersFile) {
 
 TEST_F(CheckpointFileTest, SnapshotCommitFailsAsTheWriterDoesAndKeepsThePreviousFile) {
   const fs::path path = dir_ / "last.ckpt";
-  write_bytes(path, "previous content");
+  write_file(path, "previous content");
   kiln::CheckpointSnapshot snapshot;
   snapshot.add("model", std::string("1"));
   snapshot.add("model", std::string("2"));
@@ -303,7 +296,7 @@ TEST_F(CheckpointFileTest, SnapshotCommitFailsAsTheWriterDoesAndKeepsThePrevious
   } catch (const std::invalid_argument& e) {
     EXPECT_EQ(std::string(e.what()), "duplicate checkpoint section name 'model' in " + path.string());
   }
-  EXPECT_EQ(read_bytes(path), "previous content");
+  EXPECT_EQ(read_file(path), "previous content");
   EXPECT_EQ(listing(dir_), std::vector<std::string>{"last.ckpt"});
 
   const fs::path missing = dir_ / "missing" / "a.ckpt";
@@ -338,12 +331,12 @@ TEST_F(CheckpointFileTest, MissingSectionNamesFileAndSection) {
 TEST_F(CheckpointFileTest, TruncationAtEveryLengthIsReportedAsTruncated) {
   const fs::path good = dir_ / "good.ckpt";
   write_small(good);
-  const std::string bytes = read_bytes(good);
+  const std::string bytes = read_file(good);
   ASSERT_GT(bytes.size(), 40u);
   const fs::path path = dir_ / "cut.ckpt";
   for (size_t k = 0; k < bytes.size(); ++k) {
     SCOPED_TRACE("truncated to " + std::to_string(k) + " of " + std::to_string(bytes.size()) + " bytes");
-    write_bytes(path, bytes.substr(0, k));
+    write_file(path, bytes.substr(0, k));
     const std::string message = read_error(path);
     EXPECT_TRUE(starts_with(message, path.string() + " ")) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
@@ -359,14 +352,14 @@ TEST_F(CheckpointFileTest, TruncationAtEveryLengthIsReportedAsTruncated) {
 TEST_F(CheckpointFileTest, EveryBitFlipIsDetected) {
   const fs::path good = dir_ / "good.ckpt";
   write_small(good);
-  const std::string bytes = read_bytes(good);
+  const std::string bytes = read_file(good);
   const fs::path path = dir_ / "flipped.ckpt";
   for (size_t i = 0; i < bytes.size(); ++i) {
     for (int bit = 0; bit < 8; ++bit) {
       SCOPED_TRACE("byte " + std::to_string(i) + " bit " + std::to_string(bit));
       std::string flipped = bytes;
       flipped[i] = static_cast<char>(flipped[i] ^ (1 << bit));
-      write_bytes(path, flipped);
+      write_file(path, flipped);
       const std::string message = read_error(path);
       EXPECT_TRUE(starts_with(message, path.string() + " ")) << message;
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
@@ -378,11 +371,11 @@ TEST_F(CheckpointFileTest, EveryBitFlipIsDetected) {
 TEST_F(CheckpointFileTest, FlippedDataByteIsAChecksumMismatch) {
   const fs::path path = dir_ / "a.ckpt";
   write_small(path);
-  std::string bytes = read_bytes(path);
+  std::string bytes = read_file(path);
   const size_t at = bytes.find("xyz");
   ASSERT_NE(at, std::string::npos);
   bytes[at] = 'X';
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   const std::string message = read_error(path);
   EXPECT_TRUE(starts_with(message, path.string() + " checksum mismatch: the file is corrupt (expected 0x"))
       << message;
@@ -392,20 +385,20 @@ TEST_F(CheckpointFileTest, FlippedDataByteIsAChecksumMismatch) {
 TEST_F(CheckpointFileTest, WrongMagicIsNotACheckpoint) {
   const fs::path path = dir_ / "a.ckpt";
   write_small(path);
-  std::string bytes = read_bytes(path);
+  std::string bytes = read_file(path);
   bytes.replace(0, 8, "PK\x03\x04zip!");
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   EXPECT_TRUE(contains(read_error(path), "is not a kiln checkpoint"));
-  write_bytes(path, "hello, this is a text file");
+  write_file(path, "hello, this is a text file");
   EXPECT_TRUE(contains(read_error(path), "is not a kiln checkpoint"));
 }
 
 TEST_F(CheckpointFileTest, FutureFormatVersionIsNamed) {
   const fs::path path = dir_ / "a.ckpt";
   write_small(path);
-  std::string bytes = read_bytes(path);
+  std::string bytes = read_file(path);
   bytes[8] = 2;
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   const std::string expected = path.string() + " was written by checkpoint format 2; this kiln reads format 1";
   EXPECT_EQ(read_error(path), expected);
   EXPECT_EQ(CheckpointFile::check(path), std::optional<std::string>(expected));
@@ -414,7 +407,7 @@ TEST_F(CheckpointFileTest, FutureFormatVersionIsNamed) {
 TEST_F(CheckpointFileTest, TrailingBytesAreRejected) {
   const fs::path path = dir_ / "a.ckpt";
   write_small(path);
-  write_bytes(path, read_bytes(path) + "x");
+  write_file(path, read_file(path) + "x");
   EXPECT_TRUE(contains(read_error(path), "unexpected bytes after the end marker")) << read_error(path);
 }
 
@@ -425,9 +418,9 @@ TEST_F(CheckpointFileTest, SectionLengthPastTheEndIsNamed) {
     w.add("weights", "0123456789");
     w.commit();
   }
-  std::string bytes = read_bytes(path);
+  std::string bytes = read_file(path);
   bytes[12 + 4 + 7 + 5] = 1;  // the data length's byte 5: 2^40 + 10
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   EXPECT_EQ(read_error(path),
             path.string() + " is truncated or corrupt (section 'weights' runs past the end of the file)");
 }
@@ -439,7 +432,7 @@ TEST_F(CheckpointFileTest, UnreadablePathsAreReportedNotThrownAsSomethingElse) {
   EXPECT_TRUE(contains(*CheckpointFile::check(missing), std::strerror(ENOENT)));
   EXPECT_EQ(read_error(dir_), dir_.string() + " is not a regular file");
   const fs::path empty = dir_ / "empty.ckpt";
-  write_bytes(empty, "");
+  write_file(empty, "");
   EXPECT_EQ(CheckpointFile::check(empty), std::optional<std::string>(empty.string() + " is empty"));
 }
 
@@ -465,11 +458,11 @@ TEST_F(CheckpointFileTest, SweepRemovesTemporariesOfDeadProcessesOnly) {
       "..tmp-" + dead,                                  // nothing between the dot and the tag
       ".last.ckpt.tmp-" + dead + ".bak",
   };
-  for (const auto& name : stale) write_bytes(dir_ / name, "partial");
-  for (const auto& name : kept) write_bytes(dir_ / name, "keep");
+  for (const auto& name : stale) write_file(dir_ / name, "partial");
+  for (const auto& name : kept) write_file(dir_ / name, "keep");
   // Not recursive, and only plain files.
   fs::create_directory(dir_ / "sub");
-  write_bytes(dir_ / "sub" / (".a.ckpt.tmp-" + dead), "partial");
+  write_file(dir_ / "sub" / (".a.ckpt.tmp-" + dead), "partial");
   fs::create_directory(dir_ / (".d.ckpt.tmp-" + dead));
 
   std::vector<fs::path> removed = kiln::sweep_temporaries(dir_);
@@ -544,7 +537,7 @@ TEST_F(CheckpointFileTest, CrashAtEveryFaultPointLeavesOldOrNewCheckpointNeverAP
         CheckpointWriter w(path);
         w.add("step", "old");
         w.commit();
-        previous = read_bytes(path);
+        previous = read_file(path);
       }
 
       const int status = in_child([&] {
@@ -565,7 +558,7 @@ TEST_F(CheckpointFileTest, CrashAtEveryFaultPointLeavesOldOrNewCheckpointNeverAP
         EXPECT_EQ(listing(run), std::vector<std::string>{"last.ckpt"});
       } else {
         if (had_previous) {
-          EXPECT_EQ(read_bytes(path), previous);
+          EXPECT_EQ(read_file(path), previous);
         } else {
           EXPECT_FALSE(fs::exists(path));
         }
@@ -595,7 +588,7 @@ TEST_F(CheckpointFileTest, CrashAtEveryFaultPointLeavesOldOrNewCheckpointNeverAP
 // what failed. Run in a child so the limit does not leak into other tests.
 TEST_F(CheckpointFileTest, WriteErrorRemovesTheTemporaryAndKeepsThePreviousFile) {
   const fs::path path = dir_ / "last.ckpt";
-  write_bytes(path, "previous content");
+  write_file(path, "previous content");
   // After a small first section (which add() flushes), 512 KiB waits in the
   // write buffer and fails at commit's flush; 4 MiB is written straight
   // from the caller's memory and fails in add().
@@ -625,7 +618,7 @@ TEST_F(CheckpointFileTest, WriteErrorRemovesTheTemporaryAndKeepsThePreviousFile)
         if (added != (size < (size_t{1} << 20))) return 16;  // failed where expected
       }
       if (fs::exists(temporary)) return 14;
-      if (read_bytes(path) != "previous content") return 15;
+      if (read_file(path) != "previous content") return 15;
       return 0;
     });
     EXPECT_TRUE(WIFEXITED(status)) << "status " << status;
@@ -677,7 +670,7 @@ TEST_F(CheckpointFileTest, HugeDeclaredLengthsAreRefusedWithoutAllocatingThem) {
     w.add("weights", "0123456789");
     w.commit();
   }
-  const std::string valid = read_bytes(path);
+  const std::string valid = read_file(path);
   auto patched = [&](size_t offset, int width, uint64_t value) {
     std::string bytes = valid;
     for (int i = 0; i < width; ++i) bytes[offset + i] = static_cast<char>((value >> (8 * i)) & 0xFF);
@@ -700,7 +693,7 @@ TEST_F(CheckpointFileTest, HugeDeclaredLengthsAreRefusedWithoutAllocatingThem) {
     const rlimit limit{now + spare, now + spare};
     if (::setrlimit(RLIMIT_AS, &limit) != 0) return 11;
     for (size_t i = 0; i < cases.size(); ++i) {
-      write_bytes(path, cases[i].first);
+      write_file(path, cases[i].first);
       const std::string expected = path.string() + " " + cases[i].second;
       if (CheckpointFile::check(path) != std::optional<std::string>(expected)) return 20 + static_cast<int>(i);
       try {

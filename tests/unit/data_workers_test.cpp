@@ -1,8 +1,8 @@
 // trainer.data_workers / prefetch_batches: what `auto` picks, and the one
-// line that says why (train/data_workers.hpp).
+// line that says why (data/data_workers.hpp).
 #include <gtest/gtest.h>
 
-#include "train/data_workers.hpp"
+#include "data/data_workers.hpp"
 
 namespace {
 

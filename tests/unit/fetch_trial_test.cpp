@@ -1,11 +1,11 @@
-// trainer.data_workers = "auto": the trial's bookkeeping (train/fetch_trial.hpp),
+// trainer.data_workers = "auto": the trial's bookkeeping (data/fetch_trial.hpp),
 // with made-up step times. The streams that run it are tested with a fake
 // data module in concurrency_test.cpp.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "train/fetch_trial.hpp"
+#include "data/fetch_trial.hpp"
 
 namespace {
 

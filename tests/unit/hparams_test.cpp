@@ -1,5 +1,5 @@
 // The run's hyperparameters for TensorBoard's HPARAMS tab: the manifest
-// flattened to dotted keys (metrics/hparams), the hparams plugin's session
+// flattened to dotted keys (config/hparams), the hparams plugin's session
 // start and end events against the bytes protobuf itself writes
 // (TensorBoard's plugin_data_pb2 and event_pb2, serialised once and pasted
 // here), and the TensorBoard logger writing the start once per file. The
@@ -12,7 +12,8 @@
 #include <sstream>
 
 #include "config/manifest.hpp"
-#include "metrics/hparams.hpp"
+#include "config/hparams.hpp"
+#include "config/manifest.hpp"
 #include "metrics/loggers.hpp"
 #include "metrics/tensorboard_logger.hpp"
 #include "metrics/tfevents.hpp"
@@ -192,14 +193,19 @@ std::vector<std::string> event_kinds(const std::filesystem::path& file) {
   return out;
 }
 
+LoggingConfig logging(std::vector<std::string> names) {
+  LoggingConfig config;
+  config.loggers = std::move(names);
+  return config;
+}
+
 TEST(HParams, TheTensorBoardLoggerWritesTheStartOncePerFileAndTheEndAtFinish) {
   test::TempDir dir("kiln-hparams-logger");
   const auto file = dir.path() / TensorBoardLogger::kFileName;
   const std::vector<HParam> hparams{HParam::of_number("optimizer.lr", 0.003)};
-  std::string state;
+  std::map<std::string, std::string> state;
   {
-    Loggers loggers({"tensorboard"}, dir.path());
-    loggers.set_hparams(hparams);
+    Loggers loggers(logging({"tensorboard"}), dir.path(), &hparams);
     loggers.finish(true);  // nothing logged, nothing open: no file
     EXPECT_FALSE(std::filesystem::exists(file));
     loggers.open();
@@ -217,9 +223,9 @@ TEST(HParams, TheTensorBoardLoggerWritesTheStartOncePerFileAndTheEndAtFinish) {
   }
   {
     // Resumed: the file is cut back to the checkpoint, and continued without a second start.
-    Loggers loggers({"tensorboard"}, dir.path());
-    loggers.set_hparams({HParam::of_number("optimizer.lr", 0.1)});
-    loggers.restore("", state);
+    const std::vector<HParam> resumed{HParam::of_number("optimizer.lr", 0.1)};
+    Loggers loggers(logging({"tensorboard"}), dir.path(), &resumed);
+    loggers.restore(state);
     loggers.open();
     loggers.log(LogRow{LogRow::Kind::epoch, 0, 8, {{"val/loss", 0.5}}});
     loggers.finish(true);
@@ -239,7 +245,7 @@ TEST(HParams, TheTensorBoardLoggerWritesTheStartOncePerFileAndTheEndAtFinish) {
   {
     // Without hparams, the file is as before: no hparams events.
     test::TempDir plain("kiln-hparams-plain");
-    Loggers loggers({"tensorboard", "jsonl"}, plain.path());
+    Loggers loggers(logging({"tensorboard", "jsonl"}), plain.path());
     loggers.open();
     loggers.log(LogRow{LogRow::Kind::epoch, 0, 8, {{"val/loss", 0.5}}});
     loggers.finish(true);

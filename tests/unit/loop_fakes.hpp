@@ -1,4 +1,4 @@
-// In-process fakes of the loops' parts (train/loops/loop_parts.hpp): a
+// In-process fakes of the loops' parts (loop_parts/loop_parts.hpp): a
 // linear model, splits of fixed lengths, recorders of events, metrics,
 // votes and checkpoints, and one fit put together as the host does. Used by
 // the loop tests and by the GPU tests (with a device).
@@ -20,11 +20,12 @@
 #include "plugin/host_objects.hpp"
 #include "train/loops/evaluation_loop.hpp"
 #include "train/loops/fit_loop.hpp"
-#include "train/nonfinite_watch.hpp"
+#include "optim/nonfinite_watch.hpp"
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
-#include "train/optim.hpp"
-#include "train/precision.hpp"
+#include "optim/replicated_step.hpp"
+#include "optim/optim.hpp"
+#include "optim/precision.hpp"
 #include "train/progress.hpp"
 #include "train/session.hpp"
 
@@ -262,9 +263,13 @@ struct Fit {
   }
   GradScaler* scaler = nullptr;
   NonfiniteWatch* nonfinite = nullptr;
+  GradientClipping clipping;
   torch::optim::Optimizer* other_optimizer = nullptr;  // set: stepped instead of `optimizer`
+  OptimizerStep* other_step = nullptr;                 // set: the seam's implementation instead of the replicated one
   TrainPosition run(const TrainPosition& start = {}) {
-    Optimization optimization{other_optimizer ? *other_optimizer : optimizer, *schedule, trainable, nullptr, scaler};
+    torch::optim::Optimizer& stepped = other_optimizer ? *other_optimizer : optimizer;
+    ReplicatedStep replicated({stepped, trainable, clipping, nullptr, scaler, nonfinite});
+    Optimization optimization{other_step ? *other_step : replicated, stepped, *schedule};
     optimization.nonfinite = nonfinite;
     FitLoop loop(context, settings, optimization, *stop);
     loop.run(start);

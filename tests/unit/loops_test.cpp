@@ -94,6 +94,57 @@ TEST(FitLoopTest, ARequestInsideAnAccumulationStopsAfterItsStep) {
   EXPECT_EQ(fit.stop->reason(), StopReason::requested);
 }
 
+// The loop drives the optimizer step through its seam only: a fake
+// implementation sees each micro-batch's backward (synchronised at an
+// accumulation's end), each step with the global step it makes, and the
+// gradients dropped at each epoch's start, and the run trains as the
+// replicated one does.
+TEST(FitLoopTest, TheOptimizerStepIsASeamAFakeImplementationDrives) {
+  struct RecordingStep final : OptimizerStep {
+    torch::optim::Optimizer& optimizer;
+    std::vector<at::Tensor> params;
+    std::vector<std::string> calls;
+    RecordingStep(torch::optim::Optimizer& o, std::vector<at::Tensor> p) : optimizer(o), params(std::move(p)) {}
+    void before_forward() override { calls.push_back("forward"); }
+    void backward(const at::Tensor& loss, bool sync) override {
+      calls.push_back(sync ? "backward sync" : "backward");
+      loss.backward();
+    }
+    void step(int64_t global_step) override {
+      calls.push_back("step " + std::to_string(global_step));
+      at::NoGradGuard no_grad;
+      optimizer.step();
+      clear_gradients();
+    }
+    void clear_gradients() override {
+      for (auto& p : params)
+        if (p.grad().defined()) p.mutable_grad().reset();
+    }
+  };
+  torch::manual_seed(0);
+  Fit replicated(2, -1);
+  replicated.settings.training.accumulate_grad_batches = 2;  // 3 batches: steps after batch 1 and batch 2
+  EXPECT_EQ(text(replicated.run()), "2/0/4");
+
+  torch::manual_seed(0);
+  Fit fit(2, -1);
+  fit.settings.training.accumulate_grad_batches = 2;
+  RecordingStep step(fit.optimizer, fit.trainable);
+  fit.other_step = &step;
+  EXPECT_EQ(text(fit.run()), "2/0/4");
+  const std::vector<std::string> epoch = {"forward", "backward", "forward", "backward sync", "step", "forward",
+                                          "backward sync", "step"};
+  std::vector<std::string> want;
+  int64_t n = 0;
+  for (int e = 0; e < 2; ++e)
+    for (const std::string& call : epoch) want.push_back(call == "step" ? "step " + std::to_string(++n) : call);
+  EXPECT_EQ(step.calls, want);
+  // The same weights as the replicated step's, to the bit.
+  const auto a = replicated.model.net->parameters(), b = fit.model.net->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(a[i].equal(b[i])) << "parameter " << i;
+}
+
 // A run resumed at its max_steps takes no step more.
 TEST(FitLoopTest, ARunResumedAtItsMaxStepsTakesNoStep) {
   Fit fit(5, 4);
@@ -254,7 +305,7 @@ TEST(FitLoopTest, TheTrainingStepReadsNothingBackFromTheDevice) {
   Fit fit(3, -1);
   fit.model.has_val = fit.model.has_test = false;
   fit.metrics.on_device.emplace(/*defer_cpu=*/true);
-  fit.settings.training.gradient_clip_val = 0.5;
+  fit.clipping.value = 0.5;
   fit.settings.training.accumulate_grad_batches = 2;
   // Collected rows (ABI 1.2's collect) are copied without a read-back too.
   FakeCollector collector;

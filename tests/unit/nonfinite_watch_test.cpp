@@ -1,4 +1,4 @@
-// train/nonfinite_watch: a NaN/inf loss or gradient norm found at the log
+// optim/nonfinite_watch: a NaN/inf loss or gradient norm found at the log
 // points, named by its window, without a read of the device per step.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "loop_fakes.hpp"
-#include "train/nonfinite_watch.hpp"
+#include "optim/nonfinite_watch.hpp"
 
 namespace kiln {
 namespace {

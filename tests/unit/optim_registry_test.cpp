@@ -1,7 +1,7 @@
 // Unit tests for the optimizer and schedule registry
-// (runtime/train/optim_registry.cpp): one entry per name the manifest offers,
+// (runtime/optim/optim_registry.cpp): one entry per name the manifest offers,
 // and each optimizer's state survives save -> load exactly.
-#include "train/optim_registry.hpp"
+#include "optim/optim_registry.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "config/manifest_schema.hpp"
-#include "train/optim.hpp"
-#include "train/param_groups.hpp"
+#include "optim/optim.hpp"
+#include "optim/param_groups.hpp"
 
 namespace kiln {
 namespace {

@@ -1,8 +1,8 @@
-// Unit tests for optimizer parameter groups (runtime/train/param_groups.cpp):
+// Unit tests for optimizer parameter groups (runtime/optim/param_groups.cpp):
 // glob patterns over parameter names, the first matching group taking a
 // parameter, the errors a person reads, and the description a checkpoint
 // keeps (and its comparison on resume).
-#include "train/param_groups.hpp"
+#include "optim/param_groups.hpp"
 
 #include <gtest/gtest.h>
 

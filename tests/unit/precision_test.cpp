@@ -1,4 +1,4 @@
-// train/precision: autocast around the model's steps, and the gradient
+// optim/precision: autocast around the model's steps, and the gradient
 // scaler of 16-mixed (its rules, and its state through a checkpoint). All on
 // the CPU: the scaler's arithmetic is device-independent.
 #include <gtest/gtest.h>
@@ -9,9 +9,11 @@
 #include <ATen/ATen.h>
 
 #include "ckpt/checkpoint_file.hpp"
-#include "ckpt/run_state.hpp"
+#include "ckpt/checkpoint_parts.hpp"
+#include "ckpt/tensor_sections.hpp"
+#include "optim/scaler_checkpoint.hpp"
 #include "support/run_process.hpp"
-#include "train/precision.hpp"
+#include "optim/precision.hpp"
 
 namespace kiln {
 namespace {
@@ -79,29 +81,32 @@ TEST(GradScaler, GrowsAfterTheGrowthIntervalOfGoodSteps) {
 // A resumed 16-mixed run scales its next loss as the interrupted one would.
 TEST(GradScaler, ItsStateGoesThroughACheckpointExactly) {
   test::TempDir dir;
-  NamedTensors params{{"w", at::ones({2})}}, buffers;
+  NamedTensors params{{"w", at::ones({2})}};
+  ModelTensorsPart params_part("param/", "parameter", params);
   ScalerState saved{1234.5678901234567, 17, 3};
-  RunStateView out;
-  out.manifest_text = "";
-  out.params = &params;
-  out.buffers = &buffers;
-  out.scaler = &saved;
-  save_run_state(dir / "a.ckpt", out);
+  ScalerPart saved_part(saved);
+  CheckpointParts out;
+  out.add("param", params_part, load_priority::model);
+  out.add("scaler", saved_part, load_priority::run);
+  commit_checkpoint(dir / "a.ckpt", out.snapshot());
 
   ScalerState restored;
-  RunStateView in = out;
-  in.scaler = &restored;
-  restore_run_state(CheckpointFile::read(dir / "a.ckpt"), in);
+  ScalerPart restored_part(restored);
+  CheckpointParts in;
+  in.add("param", params_part, load_priority::model);
+  in.add("scaler", restored_part, load_priority::run);
+  in.restore(CheckpointFile::read(dir / "a.ckpt"));
   EXPECT_EQ(restored.scale, saved.scale);
   EXPECT_EQ(restored.growth_tracker, 17);
   EXPECT_EQ(restored.skipped, 3);
 
   // A checkpoint of another precision has none: the scaler keeps its start.
-  out.scaler = nullptr;
-  save_run_state(dir / "b.ckpt", out);
+  out.remove("scaler");
+  commit_checkpoint(dir / "b.ckpt", out.snapshot());
   ScalerState fresh;
-  in.scaler = &fresh;
-  restore_run_state(CheckpointFile::read(dir / "b.ckpt"), in);
+  ScalerPart fresh_part(fresh);
+  in.replace("scaler", fresh_part, load_priority::run);
+  in.restore(CheckpointFile::read(dir / "b.ckpt"));
   EXPECT_EQ(fresh.scale, ScalerState{}.scale);
 }
 

@@ -1,10 +1,10 @@
-// train/profiler: phases take their own time (nested ones subtracted), so
+// profiling/profiler: phases take their own time (nested ones subtracted), so
 // the table's rows and "other" add up to the fit; the trace nests.
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "train/profiler.hpp"
+#include "profiling/profiler.hpp"
 
 namespace kiln {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/sampler.hpp"
+#include "data/sampler.hpp"
 
 #include <algorithm>
 #include <set>

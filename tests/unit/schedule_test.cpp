@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "train/optim.hpp"
+#include "optim/optim.hpp"
 
 namespace kiln {
 namespace {

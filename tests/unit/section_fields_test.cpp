@@ -14,7 +14,7 @@
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_meta.hpp"
 #include "ckpt/checkpoint_writer.hpp"
-#include "train/scaler_checkpoint.hpp"
+#include "optim/scaler_checkpoint.hpp"
 
 namespace kiln {
 namespace {

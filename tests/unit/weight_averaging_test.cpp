@@ -1,4 +1,4 @@
-// train/weight_averaging: the EMA against its closed form, SWA's running
+// optim/weight_averaging: the EMA against its closed form, SWA's running
 // mean, the swap around an evaluation, and the checkpointed state.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include <ATen/ATen.h>
 
-#include "train/weight_averaging.hpp"
+#include "optim/weight_averaging.hpp"
 
 namespace kiln {
 namespace {

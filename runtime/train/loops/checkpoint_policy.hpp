@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 #include "train/loops/stop_condition.hpp"
 
 namespace kiln {

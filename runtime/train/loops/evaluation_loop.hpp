@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 
 namespace kiln {
 

@@ -5,9 +5,9 @@
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 
-#include "train/nonfinite_watch.hpp"
-#include "train/optim.hpp"
-#include "train/weight_averaging.hpp"
+#include "optim/nonfinite_watch.hpp"
+#include "optim/optim.hpp"
+#include "optim/weight_averaging.hpp"
 #include "util/activity.hpp"
 
 namespace kiln {

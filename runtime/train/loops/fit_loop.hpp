@@ -7,7 +7,7 @@
 
 #include "train/loops/checkpoint_policy.hpp"
 #include "train/loops/evaluation_loop.hpp"
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 #include "train/loops/stop_condition.hpp"
 #include "train/loops/training_epoch_loop.hpp"
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 
 namespace kiln {
 

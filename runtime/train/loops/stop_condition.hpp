@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 
 namespace kiln {
 

@@ -1,19 +1,13 @@
 #include "train/loops/training_epoch_loop.hpp"
 
-#include <ATen/core/LegacyTypeDispatch.h>
-#include <ATen/core/grad_mode.h>
 #include <spdlog/spdlog.h>
 #include <torch/types.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/optimizer.h>
 
-#include "distributed/grad_sync.hpp"
 #include "plugin/host_objects.hpp"
-#include "train/nonfinite_watch.hpp"
-#include "train/optim.hpp"
-#include "train/precision.hpp"
+#include "optim/nonfinite_watch.hpp"
+#include "optim/optim.hpp"
 #include "train/progress.hpp"
-#include "train/weight_averaging.hpp"
 #include "util/errors.hpp"
 #include "util/activity.hpp"
 
@@ -33,77 +27,11 @@ TrainingEpochLoop::TrainingEpochLoop(LoopContext& context, const TrainingSetting
                                      Optimization optimization, StopCondition& stop, CheckpointPolicy& policy)
     : context_(context), settings_(settings), optimization_(optimization), stop_(stop), policy_(policy) {}
 
-void TrainingEpochLoop::backward(const at::Tensor& loss, bool sync) {
-  Profiler* profiler = context_.profiler;
-  ProfileScope timed(profiler, Phase::backward);
-  GradSync* grad_sync = optimization_.grad_sync;
-  if (!grad_sync) {
-    loss.backward();
-    return;
-  }
-  grad_sync->before_backward(loss, sync);
-  // The all-reduce's waits for slower ranks happen inside backward.
-  const std::pair<double, int64_t> waited_before = profiler ? grad_sync->waited() : std::pair<double, int64_t>{};
-  // The Reducer all-reduces inside backward: its failures are a peer's.
-  try {
-    loss.backward();
-  } catch (const c10::Error& e) {
-    throw PeerFailure(std::string("gradient all-reduce failed (another rank failed or stopped responding): ") +
-                      e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    throw PeerFailure(std::string("gradient all-reduce failed (another rank failed or stopped responding): ") +
-                      e.what());
-  }
-  if (profiler) {
-    const std::pair<double, int64_t> waited = grad_sync->waited();
-    profiler->carve(Phase::allreduce_wait, waited.first - waited_before.first, waited.second - waited_before.second);
-  }
-}
-
-// The gradients are dropped, not zeroed: backward then writes each
-// gradient where it would have added it to zeros, which saves a pass over
-// every parameter to zero it and another to add to it (issue 11: ~6 % of
-// mlp32's step). It is what PyTorch >= 2.0's zero_grad() does by default
-// (set_to_none=True), and so Lightning; LibTorch 1.13's zeroes. As with
-// set_to_none, a parameter that gets no gradient in a step is skipped by the
-// optimizer rather than stepped with a zero gradient. With a GradSync the
-// Reducer (gradient_as_bucket_view) divides each new gradient into its
-// bucket and makes the gradient a view of it: no copy back after the
-// all-reduce. LibTorch 1.13's Optimizer::zero_grad() would detach_() those
-// views, which ATen refuses.
-void TrainingEpochLoop::clear_gradients() {
-  for (const auto& p : optimization_.trainable)
-    if (p.grad().defined()) p.mutable_grad().reset();
-}
-
-// LibTorch's clip_grad_norm_ returns the norm as a double: a read-back of
-// the device every step. The same arithmetic stays on the device here.
-void TrainingEpochLoop::clip_gradients() {
-  const double clip = settings_.gradient_clip_val;
-  if (clip <= 0) return;
-  if (settings_.clip_by_value) {
-    torch::nn::utils::clip_grad_value_(optimization_.trainable, clip);
-    return;
-  }
-  std::vector<at::Tensor> grads;
-  for (const auto& p : optimization_.trainable)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return;
-  std::vector<at::Tensor> norms;
-  norms.reserve(grads.size());
-  for (const auto& g : grads) norms.push_back(g.norm(2));
-  const at::Tensor total = at::stack(norms).norm(2);
-  // Under a gradient scaler an inf norm is the scaler's to skip, not a fault.
-  if (optimization_.nonfinite && !optimization_.scaler) optimization_.nonfinite->add_grad_norm(total);
-  const at::Tensor factor = (clip / (total + 1e-6)).clamp_max(1.0);
-  for (auto& g : grads) g.mul_(factor);
-}
-
 at::Tensor TrainingEpochLoop::train_batch(BatchPtr batch, int64_t index, bool boundary,
                                           const BatchStream& stream) {
   LoopContext& c = context_;
   const int64_t accumulate = settings_.accumulate_grad_batches;
-  if (optimization_.grad_sync) optimization_.grad_sync->before_forward();
+  optimization_.step.before_forward();
   if (c.collector) c.collector->begin_step(KILN_SPLIT_TRAIN, stream.sample_indices(index), index);
   at::Tensor loss;
   {
@@ -119,41 +47,23 @@ at::Tensor TrainingEpochLoop::train_batch(BatchPtr batch, int64_t index, bool bo
   // Recorded as a tensor: read back only at log points (no sync per step).
   c.metrics.record_loss(shown, static_cast<double>(batch_rows(*batch)));
   if (optimization_.nonfinite) optimization_.nonfinite->add_loss(shown);
-  at::Tensor for_backward = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
-  if (optimization_.scaler) for_backward = optimization_.scaler->scale(for_backward);
+  const at::Tensor for_backward = accumulate > 1 ? loss / static_cast<double>(accumulate) : loss;
   loss = at::Tensor();
   batch.reset();
-  backward(for_backward, /*sync=*/boundary);
+  {
+    ProfileScope timed(c.profiler, Phase::backward);
+    optimization_.step.backward(for_backward, /*sync=*/boundary);
+  }
   return shown;
 }
 
 void TrainingEpochLoop::optimizer_step() {
   LoopContext& c = context_;
-  ProfileScope timed(c.profiler, Phase::optimizer_step);
   {
-    // Nothing here builds a graph: every optimizer kiln builds is one of
-    // LibTorch's, whose step() runs under its own NoGradGuard, without a
-    // closure. Their ops still went through the autograd layer of the
-    // dispatcher, which under no_grad only passes each call on: ~0.1 us an
-    // op, 2.5 of mlp32's 60 us Adam step. Below it the same kernels run (the
-    // weights are the same to the bit) and ADInplaceOrView still bumps each
-    // in-place op's version counter, so a graph that saved a weight before
-    // the step still refuses to backward through it
-    // (unit.FitLoopTest.TheOptimizerStepRunsBelowTheAutogradLayerAndKeepsVersionCounters).
-    at::NoGradGuard no_grad;
-    at::AutoDispatchBelowAutograd below_autograd;
-    if (GradScaler* scaler = optimization_.scaler) {
-      scaler->unscale(optimization_.trainable);
-      clip_gradients();
-      if (scaler->step_and_update()) optimization_.optimizer.step();  // skipped: inf/NaN gradients (counted)
-    } else {
-      clip_gradients();
-      optimization_.optimizer.step();
-    }
+    ProfileScope timed(c.profiler, Phase::optimizer_step);
+    optimization_.step.step(c.global_step + 1);
   }
-  clear_gradients();
   ++c.global_step;
-  if (optimization_.averaging) optimization_.averaging->after_step(c.global_step);
   if (c.activity) c.activity->at_step(c.global_step);
   if (optimization_.schedule.per_step()) optimization_.schedule.apply(optimization_.optimizer, c.global_step);
 }
@@ -179,7 +89,7 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
                  "the epoch's end only",
                  validation->every.count, n, epoch);
   c.progress.begin(fmt::format("epoch {}", epoch), n);
-  clear_gradients();
+  optimization_.step.clear_gradients();
   int64_t b = first_batch;
   for (; b < n; ++b) {
     if (single_process) c.control.check_signal();  // distributed: agreed on at the votes

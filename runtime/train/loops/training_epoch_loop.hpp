@@ -1,6 +1,7 @@
 // One training epoch: batches in the sampler's order, the training step,
-// backward (with the gradient all-reduce when distributed), gradient
-// accumulation, clipping, the optimizer and LR schedule, step checkpoints and
+// backward and the optimizer step through the OptimizerStep seam
+// (loop_parts.hpp: how gradients are reduced, clipped and stepped is its
+// business), gradient accumulation, the LR schedule, step checkpoints and
 // stop votes. Its position (epoch, next batch, global step) is what a
 // checkpoint saves and what a resumed epoch continues from.
 #pragma once
@@ -10,7 +11,7 @@
 #include <vector>
 
 #include "train/loops/checkpoint_policy.hpp"
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 #include "train/loops/stop_condition.hpp"
 
 namespace torch::optim {
@@ -19,8 +20,6 @@ class Optimizer;
 
 namespace kiln {
 
-class GradSync;
-class GradScaler;
 class LrSchedule;
 class NonfiniteWatch;
 class WeightAveraging;
@@ -28,20 +27,16 @@ class WeightAveraging;
 struct TrainingSettings {
   EpochSpec spec;
   int64_t accumulate_grad_batches = 1;
-  double gradient_clip_val = 0.0;  // 0: off
-  bool clip_by_value = false;      // else by norm
   int64_t checkpoint_every_n_steps = 0;  // 0: no step checkpoints
 };
 
-// What the loop steps. `grad_sync` is null in a single process.
+// What the loop steps.
 struct Optimization {
-  torch::optim::Optimizer& optimizer;
+  OptimizerStep& step;                   // backward and the optimizer step (the seam)
+  torch::optim::Optimizer& optimizer;    // whose learning rates the schedule sets
   const LrSchedule& schedule;
-  const std::vector<at::Tensor>& trainable;
-  GradSync* grad_sync = nullptr;
-  GradScaler* scaler = nullptr;  // 16-mixed only
-  NonfiniteWatch* nonfinite = nullptr;  // trainer.detect_nonfinite; null: off
-  WeightAveraging* averaging = nullptr;  // [averaging]; null: off
+  NonfiniteWatch* nonfinite = nullptr;   // trainer.detect_nonfinite; null: off
+  WeightAveraging* averaging = nullptr;  // [averaging]'s epoch ends and evaluations; null: off
 };
 
 class TrainingEpochLoop {
@@ -71,9 +66,6 @@ class TrainingEpochLoop {
   // optimizer step. Returns the loss, detached.
   at::Tensor train_batch(BatchPtr batch, int64_t index, bool boundary, const BatchStream& stream);
   void optimizer_step();
-  void backward(const at::Tensor& loss, bool sync);
-  void clip_gradients();
-  void clear_gradients();
 
   LoopContext& context_;
   TrainingSettings settings_;

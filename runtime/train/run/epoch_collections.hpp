@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "metrics/collection.hpp"
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 
 namespace kiln {
 

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 #include "train/monitors.hpp"
 
 namespace torch::optim {

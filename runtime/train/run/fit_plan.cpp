@@ -5,7 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "train/loops/fit_loop.hpp"
-#include "train/optim.hpp"
+#include "optim/optim.hpp"
 #include "train/run/run_checkpoints.hpp"
 
 namespace kiln {
@@ -15,8 +15,6 @@ FitSettings fit_settings(const Manifest& manifest, const RunSettings& run, bool 
   FitSettings settings;
   settings.training.spec = EpochSpec{run.shuffle, t.batch_size, run.limit_train};
   settings.training.accumulate_grad_batches = t.accumulate_grad_batches;
-  settings.training.gradient_clip_val = t.gradient_clip_val;
-  settings.training.clip_by_value = t.gradient_clip_algorithm == GradientClipAlgorithm::value;
   settings.training.checkpoint_every_n_steps = run.checkpointing ? manifest.checkpoint.every_n_steps : 0;
   settings.val = EpochSpec{false, run.eval_batch_size, run.limit_val};
   settings.check_val_every_n_epoch = t.check_val_every_n_epoch;

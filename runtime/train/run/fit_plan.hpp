@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "config/manifest.hpp"
-#include "train/param_groups.hpp"
+#include "optim/param_groups.hpp"
 #include "train/run/run_settings.hpp"
 
 namespace kiln {
 
 struct FitSettings;    // train/loops/fit_loop.hpp
-class LrSchedule;      // train/optim.hpp
+class LrSchedule;      // optim/optim.hpp
 struct TrainingState;  // train/run/run_checkpoints.hpp
 
 // The fit loop's settings. `resuming`: a resumed run has no sanity

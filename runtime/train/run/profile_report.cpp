@@ -6,7 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "distributed/process_group.hpp"
-#include "train/profiler.hpp"
+#include "profiling/profiler.hpp"
 
 namespace kiln {
 

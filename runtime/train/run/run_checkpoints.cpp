@@ -4,85 +4,103 @@
 #include <torch/optim/optimizer.h>
 
 #include "ckpt/checkpointer.hpp"
-#include "metrics/loggers.hpp"
 #include "train/run/epoch_collections.hpp"
 #include "plugin/proxies.hpp"
-#include "train/sampled_batches.hpp"
-#include "train/sampler.hpp"
+#include "data/sampled_batches.hpp"
+#include "data/sampler.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {
 
 RunCheckpoints::RunCheckpoints(const Manifest& manifest, const RunSettings& settings, int32_t rank, int32_t world_size,
                                c10::Device device, Parts parts)
-    : m_(manifest), settings_(settings), rank_(rank), world_size_(world_size), device_(device), parts_(std::move(parts)) {}
-
-RunStateView RunCheckpoints::view(const TrainPosition& position) const {
-  TrainingState& s = parts_.state;
-  RunStateView view;
-  view.position = position;
-  view.manifest_text = m_.text;
-  view.monitor = m_.checkpoint.monitor;
-  view.params = &s.params;
-  view.buffers = &s.buffers;
-  view.optimizer = s.optimizer.get();
-  view.trainable = &s.trainable;
-  view.optimizer_groups = s.optimizer_groups;
-  if (!m_.checkpoint.monitor.empty()) view.monitored = parts_.metrics.latest(m_.checkpoint.monitor);
-  view.metrics.latest = parts_.metrics.export_latest();
-  view.saved_by = SavedBy{world_size_, m_.trainer.batch_size};
-  view.metrics.csv = parts_.loggers.csv_state();
-  view.metrics.loggers = parts_.loggers.states();
-  if (m_.trainer.precision == Precision::fp16_mixed) view.scaler = &s.scaler;
-  view.device = device_;
-  view.averaged = s.averaged;
-  return view;
+    : m_(manifest),
+      settings_(settings),
+      rank_(rank),
+      world_size_(world_size),
+      device_(device),
+      parts_(std::move(parts)),
+      meta_part_({position_, saved_by_, m_.checkpoint.monitor, monitored_, m_.text}),
+      params_part_("param/", "parameter", parts_.state.params),
+      buffers_part_("buffer/", "buffer", parts_.state.buffers),
+      rng_part_(device),
+      plugins_part_(plugin_states_),
+      metrics_part_(metrics_sections_, saved_by_),
+      scaler_part_(parts_.state.scaler) {
+  CheckpointParts& registry = parts_.checkpointer.parts();
+  registry.add("meta", meta_part_, load_priority::position);
+  registry.add("param", params_part_, load_priority::model);
+  registry.add("buffer", buffers_part_, load_priority::model);
+  registry.add("rng", rng_part_, load_priority::model);
+  registry.add("plugin", plugins_part_, load_priority::run);
+  // A checkpoint without a scaler restores nothing into it (it starts afresh).
+  if (m_.trainer.precision == Precision::fp16_mixed) registry.add("scaler", scaler_part_, load_priority::run);
+  registry.add("metrics", metrics_part_, load_priority::run);
 }
 
-RunStateView RunCheckpoints::snapshot(const TrainPosition& position, RunMetrics::Unreduced unreduced) const {
-  RunStateView out = view(position);
-  out.metrics.pending = RunMetrics::pending_for_older_kilns(unreduced);
-  out.metrics.state = std::move(unreduced.stores);
-  out.metrics.tensor_state = std::move(unreduced.tensors);
-  out.metrics.collected = std::move(unreduced.collected);
-  for (const PluginInstance* p : parts_.plugins()) out.plugin_states[p->id()] = save_plugin_state(*p);
-  return out;
+void RunCheckpoints::register_optimizer() {
+  TrainingState& s = parts_.state;
+  optimizer_part_.emplace(*s.optimizer, &s.trainable, s.optimizer_groups);
+  parts_.checkpointer.parts().replace("optim", *optimizer_part_, load_priority::model);
+}
+
+std::optional<double> RunCheckpoints::prepare(const TrainPosition& position, RunMetrics::Unreduced unreduced) {
+  position_ = position;
+  saved_by_ = SavedBy{world_size_, m_.trainer.batch_size};
+  monitored_ = m_.checkpoint.monitor.empty() ? std::nullopt : parts_.metrics.latest(m_.checkpoint.monitor);
+  metrics_sections_.latest = parts_.metrics.export_latest();
+  metrics_sections_.pending = RunMetrics::pending_for_older_kilns(unreduced);
+  metrics_sections_.state = std::move(unreduced.stores);
+  metrics_sections_.tensor_state = std::move(unreduced.tensors);
+  metrics_sections_.collected = std::move(unreduced.collected);
+  plugin_states_.clear();
+  for (const PluginInstance* p : parts_.plugins()) plugin_states_[p->id()] = save_plugin_state(*p);
+  return monitored_;
 }
 
 TrainPosition RunCheckpoints::resume(const std::filesystem::path& file, Command command) {
-  RunStateView restored = view(TrainPosition{});
-  resume_point_ = Checkpointer::restore(file, restored);
-  if (command == Command::fit) check_continuation(file, restored.position, restored.saved_by);
+  position_ = TrainPosition{};
+  saved_by_ = SavedBy{};
+  monitored_.reset();
+  plugin_states_.clear();
+  metrics_sections_ = MetricsSections{};
+  parts_.checkpointer.restore(file);
+  spdlog::info("resumed from {}: epoch {}, batch {}, step {}", file.string(), position_.epoch, position_.next_batch,
+               position_.global_step);
+  std::error_code ec;
+  resume_point_ = fmt::format("{} ({} bytes): epoch {}, batch {}, step {}", file.filename().string(),
+                              std::filesystem::file_size(file, ec), position_.epoch, position_.next_batch,
+                              position_.global_step);
+  if (command == Command::fit) check_continuation(file, position_, saved_by_);
   // Only a resumed fit continues the checkpoint's epoch and its files;
   // validate / test / predict evaluate its weights into files of their own
   // (docs/logging.md), with its metrics' latest values for metric_get.
   const bool fit = command == Command::fit;
   try {
-    parts_.metrics.restore(restored.metrics.latest, fit ? restored.metrics.pending : "",
-                           fit ? RunMetrics::Unreduced{restored.metrics.state, restored.metrics.tensor_state, {}}
+    parts_.metrics.restore(metrics_sections_.latest, fit ? metrics_sections_.pending : "",
+                           fit ? RunMetrics::Unreduced{metrics_sections_.state, metrics_sections_.tensor_state, {}}
                                : RunMetrics::Unreduced{},
                            rank_, world_size_, device_);
   } catch (const std::invalid_argument& e) {
     throw CheckpointError(file.string() + ": its metrics cannot be read (" + e.what() + ")");
   }
-  if (fit) parts_.loggers.restore(restored.metrics.csv, restored.metrics.loggers);
   // The interrupted training epoch's collected rows.
   if (fit && parts_.collections) {
     try {
-      parts_.collections->restore(restored.metrics.collected, rank_);
+      parts_.collections->restore(metrics_sections_.collected, rank_);
     } catch (const std::invalid_argument& e) {
       throw CheckpointError(file.string() + ": its collected rows cannot be read (" + e.what() + ")");
     }
   }
   for (const PluginInstance* p : parts_.plugins()) {
-    auto it = restored.plugin_states.find(p->id());
-    if (it != restored.plugin_states.end()) load_plugin_state(*p, it->second);
+    auto it = plugin_states_.find(p->id());
+    if (it != plugin_states_.end()) load_plugin_state(*p, it->second);
   }
-  return restored.position;
+  return position_;
 }
 
 // A checkpoint taken inside an epoch by a run of another world size or
-// batch size continues from the sample it reached (train/sampler.hpp), or
+// batch size continues from the sample it reached (data/sampler.hpp), or
 // is refused here, before anything is written, where that cannot be exact.
 void RunCheckpoints::check_continuation(const std::filesystem::path& file, const TrainPosition& position,
                                         const SavedBy& saved) {

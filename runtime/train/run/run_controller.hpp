@@ -9,8 +9,8 @@
 #include <map>
 #include <string>
 
-#include "ckpt/run_state.hpp"
-#include "train/loops/loop_parts.hpp"
+#include "ckpt/checkpoint_meta.hpp"
+#include "loop_parts/loop_parts.hpp"
 #include "train/run/run_metrics.hpp"
 #include "train/run/run_settings.hpp"
 
@@ -26,7 +26,9 @@ class RunController final : public RunControl {
  public:
   // What a checkpoint at `position` holds (rank 0), with every rank's
   // unreduced metrics gathered already.
-  using Snapshot = std::function<RunStateView(const TrainPosition& position, RunMetrics::Unreduced unreduced)>;
+  // Brings the checkpoint's parts up to `position` (rank 0, in a commit);
+  // returns the monitored value (RunCheckpoints::prepare).
+  using Snapshot = std::function<std::optional<double>(const TrainPosition& position, RunMetrics::Unreduced unreduced)>;
 
   struct Parts {
     ProcessGroup* group;  // null in a single process

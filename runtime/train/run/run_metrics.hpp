@@ -17,7 +17,7 @@
 
 #include "metrics/metric_store.hpp"
 #include "metrics/tensor_metrics.hpp"
-#include "train/loops/loop_parts.hpp"
+#include "loop_parts/loop_parts.hpp"
 
 namespace kiln {
 

@@ -21,8 +21,9 @@
 #include "distributed/grad_sync.hpp"
 #include "distributed/heartbeat.hpp"
 #include "distributed/process_group.hpp"
-#include "metrics/hparams.hpp"
+#include "config/hparams.hpp"
 #include "metrics/loggers.hpp"
+#include "optim/replicated_step.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "plugin/proxies.hpp"
 #include "train/loops/evaluation_loop.hpp"
@@ -30,14 +31,14 @@
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
 #include "train/model_parameters.hpp"
-#include "train/nonfinite_watch.hpp"
-#include "train/optim.hpp"
-#include "train/param_groups.hpp"
-#include "train/precision.hpp"
+#include "optim/nonfinite_watch.hpp"
+#include "optim/optim.hpp"
+#include "optim/param_groups.hpp"
+#include "optim/precision.hpp"
 #include "train/prediction_files.hpp"
-#include "train/profiler.hpp"
+#include "profiling/profiler.hpp"
 #include "train/progress.hpp"
-#include "train/weight_averaging.hpp"
+#include "optim/weight_averaging.hpp"
 #include "train/run/epoch_collections.hpp"
 #include "train/run/event_fan_out.hpp"
 #include "train/run/fit_plan.hpp"
@@ -49,7 +50,7 @@
 #include "train/run/run_settings.hpp"
 #include "train/run/run_files.hpp"
 #include "train/run/start_agreement.hpp"
-#include "train/sampled_batches.hpp"
+#include "data/sampled_batches.hpp"
 #include "util/errors.hpp"
 #include "util/process_info.hpp"
 #include "util/run_dir_lock.hpp"
@@ -82,12 +83,10 @@ class Run {
         settings_(RunSettings::of(manifest, command, dist_ != nullptr)),
         device_(manifest.run.device),
         progress_(Progress::mode_from(manifest.trainer.progress), manifest.trainer.log_every_n_steps),
-        loggers_(manifest.logging.loggers, manifest.run.dir),
+        // TensorBoard's HPARAMS tab: the manifest, --set applied, as dotted keys.
+        loggers_(manifest.logging, manifest.run.dir, &manifest.hparams),
         events_(loggers_),
-        stop_(settings_.max_epochs, settings_.max_steps, settings_.vote_every_n_steps, settings_.max_seconds) {
-    // TensorBoard's HPARAMS tab: the manifest, --set applied, as dotted keys.
-    loggers_.set_hparams(flatten_manifest_hparams(manifest.text));
-  }
+        stop_(settings_.max_epochs, settings_.max_steps, settings_.vote_every_n_steps, settings_.max_seconds) {}
 
   RunOutcome execute(RunPlugins plugins) {
     configure_torch();
@@ -168,7 +167,7 @@ class Run {
     control_.emplace(settings_, command_, signal_,
                      RunController::Parts{group_.get(), *checkpointer_, *metrics_, events_, loggers_, &*collections_},
                      [this](const TrainPosition& at, RunMetrics::Unreduced unreduced) {
-                       return checkpoints_->snapshot(at, std::move(unreduced));
+                       return checkpoints_->prepare(at, std::move(unreduced));
                      });
     services_.emplace(*metrics_, stop_, *collections_, run_files_, rank(), world_size());
   }
@@ -193,7 +192,7 @@ class Run {
     check_batches();
     if (m_.averaging.kind != AveragingKind::none) {
       averaging_.emplace(m_.averaging, settings_.max_epochs, state_.params, state_.buffers);
-      state_.averaged = &averaging_->state();
+      checkpointer_->parts().add("average", averaging_->checkpoint_part(), load_priority::run);
     }
     // validate / test / predict evaluate a checkpoint's weights when given
     // one (--ckpt), like Lightning's ckpt_path; fit resumes in fit().
@@ -245,8 +244,12 @@ class Run {
     context_->max_epochs = settings_.max_epochs;
     context_->max_steps = settings_.max_steps;
     checkpoints_.emplace(m_, settings_, rank(), world_size(), device_,
-                         RunCheckpoints::Parts{state_, *metrics_, loggers_, *batches_, [this] { return all_plugins(); },
+                         RunCheckpoints::Parts{*checkpointer_, state_, *metrics_, *batches_, [this] { return all_plugins(); },
                                                &*collections_});
+    // Only a fit continues its loggers' files from a checkpoint (validate,
+    // test and predict write files of their own, docs/logging.md).
+    if (command_ == Command::fit)
+      checkpointer_->parts().add("logger", loggers_.checkpoint_part(), load_priority::run);
   }
 
   // Parameters and buffers, placed on the run's device in place, so that the
@@ -341,6 +344,7 @@ class Run {
   void fit() {
     const std::vector<ParamGroup> groups = plan_optimizer_groups(m_, state_, model_->id());
     state_.optimizer = make_optimizer(m_.optimizer, groups, state_.trainable);
+    checkpoints_->register_optimizer();
     if (rank() == 0)  // only rank 0 logs
       metrics_->attach_monitors(&events_.start_monitors(m_.trainer.log_every_n_steps, world_size(), *state_.optimizer));
     const FitSettings settings = fit_settings(m_, settings_, resume_.has_value());
@@ -380,8 +384,14 @@ class Run {
         const int64_t ran_in = at.next_batch == 0 && at.epoch > 0 ? at.epoch - 1 : at.epoch;
         return nonfinite_->may_commit(state_.trainable, at.global_step, ran_in);
       });
-    Optimization optimization{*state_.optimizer, schedule, state_.trainable, grad_sync_.get(),
-                              scaler ? &*scaler : nullptr};
+    // The optimizer-step seam's implementation (distributed.shard = none:
+    // every rank holds everything).
+    ReplicatedStep step({*state_.optimizer, state_.trainable,
+                         GradientClipping{m_.trainer.gradient_clip_val,
+                                          m_.trainer.gradient_clip_algorithm == GradientClipAlgorithm::value},
+                         grad_sync_.get(), scaler ? &*scaler : nullptr, nonfinite.on() ? &nonfinite : nullptr,
+                         averaging_ ? &*averaging_ : nullptr, profiler_.get()});
+    Optimization optimization{step, *state_.optimizer, schedule};
     if (nonfinite.on()) optimization.nonfinite = &nonfinite;
     if (averaging_) optimization.averaging = &*averaging_;
     FitLoop loop(*context_, settings, optimization, stop_);

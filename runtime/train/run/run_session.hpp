@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "train/trainer.hpp"
+#include "train/run/trainer.hpp"
 
 namespace kiln {
 

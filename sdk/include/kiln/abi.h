@@ -36,7 +36,8 @@
  *   same with any number of data workers or processes, and after a resume).
  * - 1.5 appended kiln_model_hooks.check_batch (the model sees a sample of
  *   the data module's batches before anything is written, and refuses a
- *   model and data that do not fit together with exit 2).
+ *   model and data that do not fit together with exit 2) and
+ *   kiln_batch_request.for_check (that sample's request says so).
  * - A NULL function pointer means "not implemented": the host does the default
  *   (documented per hook) and the hook is listed as absent by `kiln inspect`.
  *
@@ -516,6 +517,10 @@ typedef struct kiln_batch_request {
    * of data workers, and after a resume, and differ between epochs. */
   const uint64_t* sample_seeds;
   int64_t epoch; /* 0-based training epoch; 0 for val, test and predict (every validation sees the same transforms) */
+  /* 1.5: 1 when the batch is the sample kiln_model_hooks.check_batch looks
+   * at before anything runs (no step trains or evaluates it); 0 for a
+   * step's. A data module that counts or meters what it serves skips it. */
+  int32_t for_check;
 } kiln_batch_request;
 
 typedef struct kiln_data_hooks {

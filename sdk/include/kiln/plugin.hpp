@@ -243,6 +243,9 @@ struct BatchRequest {
   size_t count;
   const uint64_t* sample_seeds;  // NULL from a 1.0-1.3 host
   int64_t epoch;                 // -1 from a 1.0-1.3 host
+  // The sample Model::check_batch looks at before anything runs, not a
+  // step's batch (ABI 1.5; false from an older host).
+  bool for_check = false;
 
   // The seed of sample i's random transforms: the host's (the same with any
   // number of data workers or processes, and after a resume). A 1.0-1.3
@@ -559,8 +562,9 @@ kiln_error* get_batch(kiln_instance* i, kiln_split split, const int64_t* indices
 }
 template <class T>
 kiln_error* get_batch_seeded(kiln_instance* i, const kiln_batch_request* r, kiln_batch** out) noexcept {
-  return batch_of<T>(i, BatchRequest{static_cast<Split>(r->split), r->indices, r->count, r->sample_seeds, r->epoch},
-                     out);
+  const bool for_check = KILN_HAS_FIELD(r, kiln_batch_request, for_check) && r->for_check != 0;
+  return batch_of<T>(
+      i, BatchRequest{static_cast<Split>(r->split), r->indices, r->count, r->sample_seeds, r->epoch, for_check}, out);
 }
 
 template <class T>

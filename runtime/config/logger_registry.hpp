@@ -1,0 +1,48 @@
+// The loggers `[logging] loggers` may name: one entry each, its name and the
+// function that makes it (Lightning's loggers/ folder, as a table). The
+// manifest schema takes the names from here; each factory is defined
+// beside its logger, in metrics/. Adding a logger is a file pair of its own
+// in metrics/ (the logger and its make_*_logger), its entry here and its
+// keys in the schema (config/manifest_schema.cpp). Here, under config/,
+// because the schema needs the names: metrics/ includes config/, never the
+// reverse (tests/docs: the folders form a one-way graph).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/hparams.hpp"
+
+namespace kiln {
+
+class Logger;
+struct LoggingConfig;
+
+// What a logger is made from: the [logging] table (a logger's own
+// [logging.<name>] keys included), the run directory, and the run's
+// hyperparameters (the manifest flattened once, at its parse).
+struct LoggerContext {
+  const LoggingConfig& config;
+  std::filesystem::path run_dir;
+  const std::vector<HParam>* hparams = nullptr;  // null: none given (the TensorBoard logger writes no session)
+};
+
+using LoggerFactory = std::unique_ptr<Logger> (*)(const LoggerContext&);
+
+struct LoggerEntry {
+  const char* name;  // as the manifest writes it; its checkpoint part is "logger/<name>"
+  LoggerFactory make;
+};
+
+// In the order the manifest reference lists them.
+const std::vector<LoggerEntry>& logger_registry();
+std::vector<std::string> logger_names();
+
+// The factories, each defined beside its logger (metrics/*_logger.cpp).
+std::unique_ptr<Logger> make_csv_logger(const LoggerContext& context);
+std::unique_ptr<Logger> make_jsonl_logger(const LoggerContext& context);
+std::unique_ptr<Logger> make_tensorboard_logger(const LoggerContext& context);
+
+}  // namespace kiln
