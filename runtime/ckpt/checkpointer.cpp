@@ -71,6 +71,7 @@ std::filesystem::path Checkpointer::commit(const TrainPosition& position,
                                            const Prepare& prepare) {
   const std::filesystem::path file = file_for(position);
   const auto started = std::chrono::steady_clock::now();
+  for (const auto& gather : gathers_) gather();
   size_t snapshot_bytes = 0;
   auto previous_done = started, snapshot_done = started;
   std::string error;

@@ -51,6 +51,10 @@ class Checkpointer {
   // rank; throws on every rank when the commit failed, or the one before it
   // in the background (rank 0 with the cause; the others with PeerFailure).
   using Prepare = std::function<std::optional<double>(const TrainPosition&)>;
+  // A collective every rank runs at the start of each commit, before rank 0
+  // saves the parts: a part that needs every rank's share (the sharded
+  // optimizer's state) gathers it here.
+  void before_each_commit(std::function<void()> gather) { gathers_.push_back(std::move(gather)); }
   std::filesystem::path commit(const TrainPosition& position, const Prepare& prepare);
 
   // On every rank together: waits until no commit is in flight; throws as
@@ -85,6 +89,7 @@ class Checkpointer {
   int rank_;
   AllSucceeded all_succeeded_;
   CheckpointParts parts_;
+  std::vector<std::function<void()>> gathers_;
   CheckpointDirectory directory_;
   std::string background_error_;  // rank 0: a failure background_failed() saw
   SnapshotBuffers snapshot_buffers_;  // rank 0, asynchronous: kept between snapshots

@@ -1,5 +1,7 @@
 #include "ckpt/safetensors_format.hpp"
 
+#include "util/json_string.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -23,24 +25,6 @@ const DtypeName* find_dtype(const std::string& torch_dtype) {
   for (const auto& d : kDtypes)
     if (torch_dtype == d.torch) return &d;
   return nullptr;
-}
-
-// A JSON string: quotes, backslashes and control characters escaped.
-std::string json_string(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned>(c));
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 void put_u64_le(std::string& out, uint64_t v) {

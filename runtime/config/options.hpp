@@ -30,6 +30,9 @@ enum class IntraHost { automatic, shm, gloo };
 // The dtype gradients travel in (DDP's compression hooks); the optimizer
 // keeps float32.
 enum class GradientCompression { none, bf16, fp16 };
+// distributed.shard: what each rank holds of the training state
+// (optim/sharded_step.hpp): everything, or its part of the optimizer's state.
+enum class ShardMode { none, optimizer };
 // Lightning's names: full float32, bfloat16 autocast, float16 autocast with a
 // gradient scaler.
 enum class Precision { fp32, bf16_mixed, fp16_mixed };
@@ -88,6 +91,10 @@ struct OptionNames<IntraHost> {
 template <>
 struct OptionNames<GradientCompression> {
   static constexpr std::array<const char*, 3> names{"none", "bf16", "fp16"};
+};
+template <>
+struct OptionNames<ShardMode> {
+  static constexpr std::array<const char*, 2> names{"none", "optimizer"};
 };
 
 template <>

@@ -399,6 +399,19 @@ void ProcessGroup::all_reduce_sum(at::Tensor& tensor, const char* contribution) 
   });
 }
 
+void ProcessGroup::all_gather(const at::Tensor& part, at::Tensor& whole, const char* what) {
+  collective("all-gather", [&] {
+    std::vector<at::Tensor> input{part.contiguous()};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < world_size_; ++r) outputs[0].push_back(at::empty_like(input[0]));
+    c10d::AllgatherOptions options;
+    options.timeout = timeout_;
+    const c10::intrusive_ptr<c10d::ProcessGroup>& on = group_;
+    wait(on->allgather(outputs, input, options), what);
+    whole.copy_(at::cat(outputs[0]));
+  });
+}
+
 std::vector<std::string> ProcessGroup::all_gather_text(const std::string& text) {
   return collective("all-gather through the store", [&] {
     const std::string round = "gather/" + std::to_string(gather_round_++) + "/";

@@ -81,6 +81,10 @@ class ProcessGroup {
   // Every rank's `bytes`, indexed by rank, through the Gloo control group
   // (for payloads too large for the store: collected rows).
   std::vector<std::string> all_gather_bytes(const std::string& bytes);
+  // Every rank's `part` (the same size on each) into `whole`, in rank
+  // order, on the gradients' group (Gloo on the CPU, NCCL on CUDA): what a
+  // sharded optimizer step hands the other ranks. `what` names the part.
+  void all_gather(const at::Tensor& part, at::Tensor& whole, const char* what);
 
  private:
   // Counts this rank in and waits, until `deadline`, for all the others.

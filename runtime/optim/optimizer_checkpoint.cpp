@@ -10,36 +10,23 @@
 
 namespace kiln {
 
-namespace {
-
 const OptimizerEntry& entry_of(const torch::optim::Optimizer& optimizer) {
   const OptimizerEntry* entry = optimizer_entry_of(optimizer);
   if (!entry) throw std::logic_error("checkpoint: the optimizer was not built by kiln's optimizer registry");
   return *entry;
 }
 
-// One parameter's "optim/<i>/" sections.
-class ParamStateSections : public ParamStateReader {
- public:
-  ParamStateSections(const CheckpointFile& file, size_t index, const at::Tensor& param)
-      : file_(file), prefix_("optim/" + std::to_string(index) + "/"), param_(param) {}
-  bool has(const std::string& field) const override { return file_.has(prefix_ + field); }
-  at::Tensor tensor(const std::string& field) const override {
-    at::Tensor t = at::empty_like(param_);
-    restore_tensor_section(file_, prefix_ + field, prefix_ + field, t);
-    return t;
-  }
-  int64_t count(const std::string& field) const override {
-    return parse_count(file_, "section '" + prefix_ + field + "'", file_.section(prefix_ + field));
-  }
+bool ParamStateSections::has(const std::string& field) const { return file_.has(prefix_ + field); }
 
- private:
-  const CheckpointFile& file_;
-  std::string prefix_;
-  const at::Tensor& param_;
-};
+at::Tensor ParamStateSections::tensor(const std::string& field) const {
+  at::Tensor t = at::empty_like(param_);
+  restore_tensor_section(file_, prefix_ + field, prefix_ + field, t);
+  return t;
+}
 
-}  // namespace
+int64_t ParamStateSections::count(const std::string& field) const {
+  return parse_count(file_, "section '" + prefix_ + field + "'", file_.section(prefix_ + field));
+}
 
 void OptimizerPart::save(CheckpointSnapshot& snapshot) const {
   if (trainable_) {

@@ -4,6 +4,7 @@
 // must have the same optimizer and groups.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,8 +12,32 @@
 #include <torch/optim/optimizer.h>
 
 #include "ckpt/stateful.hpp"
+#include "optim/optim_registry.hpp"
+#include "optim/shard_layout.hpp"
 
 namespace kiln {
+
+class ProcessGroup;
+
+// The registry entry that built `optimizer`; std::logic_error for one kiln
+// did not build.
+const OptimizerEntry& entry_of(const torch::optim::Optimizer& optimizer);
+
+// One parameter's "optim/<i>/" sections of a checkpoint, each shaped like
+// `param`.
+class ParamStateSections : public ParamStateReader {
+ public:
+  ParamStateSections(const CheckpointFile& file, size_t index, const at::Tensor& param)
+      : file_(file), prefix_("optim/" + std::to_string(index) + "/"), param_(param) {}
+  bool has(const std::string& field) const override;
+  at::Tensor tensor(const std::string& field) const override;
+  int64_t count(const std::string& field) const override;
+
+ private:
+  const CheckpointFile& file_;
+  std::string prefix_;
+  const at::Tensor& param_;
+};
 
 class OptimizerPart : public Stateful {
  public:
@@ -28,6 +53,35 @@ class OptimizerPart : public Stateful {
   torch::optim::Optimizer& optimizer_;
   const std::vector<at::Tensor>* trainable_;
   const std::string& groups_;
+};
+
+// distributed.shard = "optimizer" (optim/sharded_step.hpp): the same
+// sections as OptimizerPart's, of the whole state, so that a sharded
+// checkpoint resumes with any world size, sharded or replicated, and a
+// sharded run resumes a replicated one. gather(), on every rank before a
+// commit, brings every rank's owned elements to rank 0, field by field;
+// load(), on every rank, keeps the elements the rank owns.
+class ShardedOptimizerPart : public Stateful {
+ public:
+  // `optimizer` is over `owned` (ShardedStep::owned_views of `trainable`).
+  ShardedOptimizerPart(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& owned,
+                       const std::vector<at::Tensor>& trainable, const ShardLayout& layout, ProcessGroup* group,
+                       const std::string& groups)
+      : optimizer_(optimizer), owned_(owned), trainable_(trainable), layout_(layout), group_(group),
+        groups_part_(optimizer, nullptr, groups) {}
+  void gather();
+  void save(CheckpointSnapshot& snapshot) const override;
+  void check(const CheckpointFile& file) const override { groups_part_.check(file); }
+  void load(const CheckpointFile& file) override;
+
+ private:
+  torch::optim::Optimizer& optimizer_;
+  const std::vector<at::Tensor>& owned_;
+  const std::vector<at::Tensor>& trainable_;
+  const ShardLayout& layout_;
+  ProcessGroup* group_;
+  OptimizerPart groups_part_;  // "optim/groups" and its check
+  std::vector<std::optional<ParamStateFields>> gathered_;  // rank 0: each parameter's whole state
 };
 
 }  // namespace kiln

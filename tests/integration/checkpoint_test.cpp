@@ -1,6 +1,8 @@
 // Checkpoints with real processes and real files: exact resume, refusal of
 // bad checkpoints, retention, crash safety under SIGKILL, preemption.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <signal.h>
 
 #include <cstdlib>
@@ -73,6 +75,18 @@ TEST(Checkpoint, ResumeFromAnEpochCheckpointIsBitwiseIdentical) {
               sections(ckpt_dir(interrupted) / "last.ckpt", "param/"));
 }
 
+// An offset inside the raw bytes of the checkpoint's first parameter: past
+// its section's name (after a u32 length), its u64 data length and its
+// "<dtype> <shape>" line (ckpt/checkpoint_format.hpp), wherever the parts'
+// order puts it.
+size_t inside_a_tensor(const std::string& bytes) {
+  const size_t name = bytes.find("param/");
+  uint32_t name_length = 0;
+  std::memcpy(&name_length, bytes.data() + name - 4, 4);
+  const size_t line_end = bytes.find('\n', name + name_length + 8);
+  return line_end + 5;
+}
+
 class BadCheckpoint : public testing::Test {
  protected:
   void SetUp() override {
@@ -107,7 +121,7 @@ TEST_F(BadCheckpoint, TruncatedIsRefused) {
 TEST_F(BadCheckpoint, BitFlipIsRefused) {
   const auto file = dir_ / "flipped.ckpt";
   std::string bytes = read_file(good_);
-  bytes[bytes.size() / 2] ^= 0x10;
+  bytes[inside_a_tensor(bytes)] ^= 0x10;
   write_file(file, bytes);
   expect_refused(file, "checksum");
 }
@@ -138,7 +152,7 @@ TEST_F(BadCheckpoint, ResumeLastFallsBackToTheNewestValidCheckpoint) {
 // when resumed from (its checksum), in one line, exit 2, nothing written.
 TEST_F(BadCheckpoint, ResumeLastRefusesCorruptTensorBytesInOneLine) {
   std::string bytes = read_file(good_);
-  bytes[bytes.size() / 2] ^= 0x10;
+  bytes[inside_a_tensor(bytes)] ^= 0x10;
   for (const auto& entry : std::filesystem::directory_iterator(ckpt_dir(dir_))) {
     std::filesystem::remove(entry.path());  // hard links: replace, don't write through
     write_file(entry.path(), bytes);

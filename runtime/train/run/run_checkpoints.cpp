@@ -44,6 +44,14 @@ void RunCheckpoints::register_optimizer() {
   parts_.checkpointer.parts().replace("optim", *optimizer_part_, load_priority::model);
 }
 
+void RunCheckpoints::register_sharded_optimizer(const std::vector<at::Tensor>& owned, const ShardLayout& layout,
+                                                ProcessGroup* group) {
+  TrainingState& s = parts_.state;
+  sharded_optimizer_part_.emplace(*s.optimizer, owned, s.trainable, layout, group, s.optimizer_groups);
+  parts_.checkpointer.parts().replace("optim", *sharded_optimizer_part_, load_priority::model);
+  parts_.checkpointer.before_each_commit([this] { sharded_optimizer_part_->gather(); });
+}
+
 std::optional<double> RunCheckpoints::prepare(const TrainPosition& position, RunMetrics::Unreduced unreduced) {
   position_ = position;
   saved_by_ = SavedBy{world_size_, m_.trainer.batch_size};

@@ -36,6 +36,7 @@
 namespace kiln {
 
 class Checkpointer;
+class ProcessGroup;
 class EpochCollections;
 class PluginInstance;
 class SampledBatches;
@@ -65,6 +66,11 @@ class RunCheckpoints {
 
   // Fit's optimizer, once made: its state and groups join the checkpoint.
   void register_optimizer();
+  // The same for an optimizer over `owned` elements only (distributed.shard
+  // = "optimizer"): the checkpoint holds the whole state, gathered on
+  // rank 0 at each commit.
+  void register_sharded_optimizer(const std::vector<at::Tensor>& owned, const ShardLayout& layout,
+                                  ProcessGroup* group);
 
   // Brings what the parts save up to a checkpoint at `position` (rank 0,
   // before the checkpointer saves them); returns the monitored value.
@@ -99,6 +105,7 @@ class RunCheckpoints {
   MetricsPart metrics_part_;
   ScalerPart scaler_part_;
   std::optional<OptimizerPart> optimizer_part_;
+  std::optional<ShardedOptimizerPart> sharded_optimizer_part_;
 };
 
 }  // namespace kiln
