@@ -193,19 +193,13 @@ std::vector<std::string> event_kinds(const std::filesystem::path& file) {
   return out;
 }
 
-LoggingConfig logging(std::vector<std::string> names) {
-  LoggingConfig config;
-  config.loggers = std::move(names);
-  return config;
-}
-
 TEST(HParams, TheTensorBoardLoggerWritesTheStartOncePerFileAndTheEndAtFinish) {
   test::TempDir dir("kiln-hparams-logger");
   const auto file = dir.path() / TensorBoardLogger::kFileName;
   const std::vector<HParam> hparams{HParam::of_number("optimizer.lr", 0.003)};
   std::map<std::string, std::string> state;
   {
-    Loggers loggers(logging({"tensorboard"}), dir.path(), &hparams);
+    Loggers loggers(LoggingConfig{{"tensorboard"}}, dir.path(), &hparams);
     loggers.finish(true);  // nothing logged, nothing open: no file
     EXPECT_FALSE(std::filesystem::exists(file));
     loggers.open();
@@ -224,7 +218,7 @@ TEST(HParams, TheTensorBoardLoggerWritesTheStartOncePerFileAndTheEndAtFinish) {
   {
     // Resumed: the file is cut back to the checkpoint, and continued without a second start.
     const std::vector<HParam> resumed{HParam::of_number("optimizer.lr", 0.1)};
-    Loggers loggers(logging({"tensorboard"}), dir.path(), &resumed);
+    Loggers loggers(LoggingConfig{{"tensorboard"}}, dir.path(), &resumed);
     loggers.restore(state);
     loggers.open();
     loggers.log(LogRow{LogRow::Kind::epoch, 0, 8, {{"val/loss", 0.5}}});
@@ -245,7 +239,7 @@ TEST(HParams, TheTensorBoardLoggerWritesTheStartOncePerFileAndTheEndAtFinish) {
   {
     // Without hparams, the file is as before: no hparams events.
     test::TempDir plain("kiln-hparams-plain");
-    Loggers loggers(logging({"tensorboard", "jsonl"}), plain.path());
+    Loggers loggers(LoggingConfig{{"tensorboard", "jsonl"}}, plain.path());
     loggers.open();
     loggers.log(LogRow{LogRow::Kind::epoch, 0, 8, {{"val/loss", 0.5}}});
     loggers.finish(true);

@@ -165,19 +165,13 @@ TEST(AppendFile, AFreshFileStartsEmptyAndAResumedOneIsCutBackToTheCheckpointsLen
   EXPECT_EQ(shorter.size(), 12);
 }
 
-LoggingConfig logging(std::vector<std::string> names) {
-  LoggingConfig config;
-  config.loggers = std::move(names);
-  return config;
-}
-
 TEST(Loggers, ContinueTheirFilesFromACheckpointsStateWithoutRepeatingRows) {
   test::TempDir dir("kiln-loggers");
   auto step_row = [](int64_t step) { return LogRow{LogRow::Kind::step, 0, step, {{"train/loss_step", 1.0 / step}}}; };
   auto epoch_row = [](int64_t step) { return LogRow{LogRow::Kind::epoch, 0, step, {{"train/loss", 0.25}}}; };
   std::map<std::string, std::string> states;
   {
-    Loggers loggers(logging({"csv", "jsonl", "tensorboard"}), dir.path());
+    Loggers loggers(LoggingConfig{{"csv", "jsonl", "tensorboard"}}, dir.path());
     loggers.open();
     loggers.log(step_row(1));
     loggers.log(epoch_row(2));
@@ -189,7 +183,7 @@ TEST(Loggers, ContinueTheirFilesFromACheckpointsStateWithoutRepeatingRows) {
   ASSERT_EQ(states.size(), 3u);
   EXPECT_EQ(states.at("csv"), "epoch,step,train/loss\n0,2,0.25\n");
   {
-    Loggers resumed(logging({"csv", "jsonl", "tensorboard"}), dir.path());
+    Loggers resumed(LoggingConfig{{"csv", "jsonl", "tensorboard"}}, dir.path());
     resumed.restore(states);
     resumed.open();
     resumed.log(step_row(3));
@@ -212,7 +206,7 @@ TEST(Loggers, KnowTheirNamesAndWriteNothingBeforeTheFirstRow) {
   EXPECT_EQ(logger_names(), (std::vector<std::string>{"csv", "jsonl", "tensorboard"}));
   test::TempDir dir("kiln-loggers");
   std::ofstream(dir.path() / "metrics.jsonl") << "a fit's rows\n";
-  Loggers loggers(logging({"csv", "jsonl", "tensorboard"}), dir.path());
+  Loggers loggers(LoggingConfig{{"csv", "jsonl", "tensorboard"}}, dir.path());
   loggers.log(LogRow{});  // not open: the run directory may not be written yet
   loggers.open();         // open, but no row (kiln predict): the files stay as they were
   loggers.flush();

@@ -342,26 +342,41 @@ class Run {
   }
 
   // --- loops -------------------------------------------------------------------------
-  void fit() {
-    const std::vector<ParamGroup> groups = plan_optimizer_groups(m_, state_, model_->id());
-    if (m_.distributed.shard == ShardMode::optimizer) {
-      // ZeRO-1: this rank's optimizer steps (and keeps state for) the
-      // elements it owns; every rank's are all-gathered after each step.
-      std::vector<int64_t> numels;
-      for (const auto& p : state_.trainable) numels.push_back(p.numel());
-      shard_layout_.emplace(std::move(numels), world_size(), rank());
-      owned_ = ShardedStep::owned_views(state_.trainable, *shard_layout_);
-      state_.optimizer = make_optimizer(m_.optimizer, groups, owned_);
-      checkpoints_->register_sharded_optimizer(owned_, *shard_layout_, group_.get());
-      int64_t elements = 0;
-      for (const auto& v : owned_) elements += v.numel();
-      spdlog::info("distributed.shard = optimizer: rank {} holds the optimizer's state for {} of the {} trained "
-                   "values ({} per rank with padding; replicated: all {})",
-                   rank(), elements, shard_layout_->total(), shard_layout_->shard_size(), shard_layout_->total());
-    } else {
+  // The optimizer over what this rank steps, registered with the
+  // checkpoints: every trainable value, or (distributed.shard = optimizer,
+  // ZeRO-1) the elements it owns, every rank's all-gathered after each step.
+  void build_optimizer(const std::vector<ParamGroup>& groups) {
+    if (m_.distributed.shard == ShardMode::none) {
       state_.optimizer = make_optimizer(m_.optimizer, groups, state_.trainable);
       checkpoints_->register_optimizer();
+      return;
     }
+    std::vector<int64_t> numels;
+    for (const auto& p : state_.trainable) numels.push_back(p.numel());
+    shard_layout_.emplace(std::move(numels), world_size(), rank());
+    owned_ = ShardedStep::owned_views(state_.trainable, *shard_layout_);
+    state_.optimizer = make_optimizer(m_.optimizer, groups, owned_);
+    checkpoints_->register_sharded_optimizer(owned_, *shard_layout_, group_.get());
+    int64_t elements = 0;
+    for (const auto& v : owned_) elements += v.numel();
+    spdlog::info("distributed.shard = optimizer: rank {} holds the optimizer's state for {} of the {} trained "
+                 "values ({} per rank with padding; replicated: all {})",
+                 rank(), elements, shard_layout_->total(), shard_layout_->shard_size(), shard_layout_->total());
+  }
+
+  // The optimizer-step seam's implementation for what build_optimizer made.
+  std::unique_ptr<OptimizerStep> optimizer_step(GradScaler* scaler, NonfiniteWatch* nonfinite) {
+    const ReplicatedStep::Parts parts{
+        *state_.optimizer, state_.trainable,
+        GradientClipping{m_.trainer.gradient_clip_val, m_.trainer.gradient_clip_algorithm == GradientClipAlgorithm::value},
+        grad_sync_.get(), scaler, nonfinite, averaging_ ? &*averaging_ : nullptr, profiler_.get()};
+    if (shard_layout_) return std::make_unique<ShardedStep>(parts, owned_, *shard_layout_, group_.get());
+    return std::make_unique<ReplicatedStep>(parts);
+  }
+
+  void fit() {
+    const std::vector<ParamGroup> groups = plan_optimizer_groups(m_, state_, model_->id());
+    build_optimizer(groups);
     if (rank() == 0)  // only rank 0 logs
       metrics_->attach_monitors(&events_.start_monitors(m_.trainer.log_every_n_steps, world_size(), *state_.optimizer));
     const FitSettings settings = fit_settings(m_, settings_, resume_.has_value());
@@ -401,18 +416,8 @@ class Run {
         const int64_t ran_in = at.next_batch == 0 && at.epoch > 0 ? at.epoch - 1 : at.epoch;
         return nonfinite_->may_commit(state_.trainable, at.global_step, ran_in);
       });
-    // The optimizer-step seam's implementation: every rank holds everything
-    // (distributed.shard = none), or its part of the optimizer's state.
-    const ReplicatedStep::Parts step_parts{
-        *state_.optimizer, state_.trainable,
-        GradientClipping{m_.trainer.gradient_clip_val, m_.trainer.gradient_clip_algorithm == GradientClipAlgorithm::value},
-        grad_sync_.get(), scaler ? &*scaler : nullptr, nonfinite.on() ? &nonfinite : nullptr,
-        averaging_ ? &*averaging_ : nullptr, profiler_.get()};
-    std::unique_ptr<OptimizerStep> step;
-    if (shard_layout_)
-      step = std::make_unique<ShardedStep>(step_parts, owned_, *shard_layout_, group_.get());
-    else
-      step = std::make_unique<ReplicatedStep>(step_parts);
+    const std::unique_ptr<OptimizerStep> step =
+        optimizer_step(scaler ? &*scaler : nullptr, nonfinite.on() ? &nonfinite : nullptr);
     Optimization optimization{*step, *state_.optimizer, schedule};
     if (nonfinite.on()) optimization.nonfinite = &nonfinite;
     if (averaging_) optimization.averaging = &*averaging_;
