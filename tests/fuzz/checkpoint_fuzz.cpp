@@ -128,7 +128,7 @@ void use(const kiln::CheckpointFile& checkpoint, uint8_t flags) {
   const std::string groups;
   kiln::MetaPart meta({position, saved_by, monitor, monitored, manifest_text});
   kiln::ModelTensorsPart params("param/", "parameter", model.params), buffers("buffer/", "buffer", model.buffers);
-  kiln::RngPart rng(c10::Device(c10::kCPU));
+  kiln::RngPart rng{c10::Device(c10::kCPU)};
   kiln::PluginStatesPart plugins(plugin_states);
   kiln::MetricsPart metrics_part(metrics, saved_by);
   kiln::OptimizerPart optimizer((flags & 1) ? static_cast<torch::optim::Optimizer&>(model.sgd) : model.adam,
