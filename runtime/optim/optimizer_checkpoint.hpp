@@ -81,7 +81,9 @@ class ShardedOptimizerPart : public Stateful {
   const ShardLayout& layout_;
   ProcessGroup* group_;
   OptimizerPart groups_part_;  // "optim/groups" and its check
-  std::vector<std::optional<ParamStateFields>> gathered_;  // rank 0: each parameter's whole state
+  // Rank 0, from gather() until save() has copied it into the snapshot:
+  // each parameter's whole state.
+  mutable std::vector<std::optional<ParamStateFields>> gathered_;
 };
 
 }  // namespace kiln

@@ -30,6 +30,7 @@ class ShardLayout {
   int64_t shard_size() const { return shard_; }       // S: every rank's part, padding included
   int64_t padded() const { return shard_ * world_size_; }  // N'
   int64_t world_size() const { return world_size_; }
+  int64_t rank() const { return rank_; }
   size_t parameters() const { return numels_.size(); }
   int64_t numel(size_t i) const { return numels_[i]; }
   int64_t offset(size_t i) const { return offsets_[i]; }  // parameter i's first element in the flat space

@@ -53,9 +53,11 @@ void ShardedOptimizerPart::gather() {
     if (names.empty())
       for (const auto& [name, t] : own[i]->tensors) names.push_back(name);
   }
+  // Only rank 0 writes the checkpoint: the others send and keep nothing.
+  const bool keep = layout_.rank() == 0;
   gathered_.assign(owned_.size(), std::nullopt);
   for (size_t i = 0; i < owned_.size(); ++i)
-    if (own[i]) gathered_[i] = ParamStateFields{{}, own[i]->texts};
+    if (own[i] && keep) gathered_[i] = ParamStateFields{{}, own[i]->texts};
   for (const std::string& name : names) {
     // One all-gather a field: every parameter's owned elements at their
     // place in this rank's part of the flat space.
@@ -83,6 +85,7 @@ void ShardedOptimizerPart::save(CheckpointSnapshot& snapshot) const {
     const std::string prefix = "optim/" + std::to_string(i) + "/";
     for (const auto& [name, text] : gathered_[i]->texts) snapshot.add(prefix + name, text);
     for (const auto& [name, tensor] : gathered_[i]->tensors) add_tensor_section(snapshot, prefix + name, tensor);
+    gathered_[i].reset();  // copied: not held until the next commit
   }
   groups_part_.save(snapshot);
 }

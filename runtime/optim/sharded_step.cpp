@@ -68,17 +68,45 @@ void ShardedStep::clear_gradients() {
     if (v.grad().defined()) v.mutable_grad().reset();
 }
 
+namespace {
+
+// Copies between the flat index range [begin, begin + flat.numel()) and the
+// parameters that hold it (past the last parameter: the padding, zeros).
+void copy_flat(const std::vector<at::Tensor>& params, const ShardLayout& layout, int64_t begin, at::Tensor flat,
+               bool into_params) {
+  const int64_t end = begin + flat.numel();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int64_t lo = std::max(begin, layout.offset(i)), hi = std::min(end, layout.offset(i) + layout.numel(i));
+    if (hi <= lo) continue;
+    at::Tensor in_param = params[i].detach().view({-1}).narrow(0, lo - layout.offset(i), hi - lo);
+    at::Tensor in_flat = flat.narrow(0, lo - begin, hi - lo);
+    if (into_params)
+      in_param.copy_(in_flat);
+    else
+      in_flat.copy_(in_param);
+  }
+}
+
+}  // namespace
+
+// In chunks of at most kGatherChunk values a rank, so what the all-gather
+// needs besides the parameters is bounded (Gloo's all-gather stages every
+// rank's chunk in a buffer of its own, then copies it out).
 void ShardedStep::gather_parameters() {
   if (!group_ || layout_.world_size() == 1 || owned_.empty()) return;
   at::NoGradGuard no_grad;
-  const at::Tensor& first = p_.trainable[0];
-  at::Tensor part = at::zeros({layout_.shard_size()}, first.options().requires_grad(false));
-  for (size_t i = 0; i < owned_.size(); ++i)
-    if (owned_[i].numel() > 0) part.narrow(0, layout_.position_in_shard(i), owned_[i].numel()).copy_(owned_[i]);
-  at::Tensor whole = at::empty({layout_.padded()}, part.options());
-  group_->all_gather(part, whole, "its part of the parameters after the optimizer step");
-  for (size_t i = 0; i < p_.trainable.size(); ++i)
-    p_.trainable[i].detach().view({-1}).copy_(whole.narrow(0, layout_.offset(i), layout_.numel(i)));
+  constexpr int64_t kGatherChunk = int64_t{1} << 20;
+  const int64_t shard = layout_.shard_size(), world = layout_.world_size(), rank = layout_.rank();
+  const at::TensorOptions options = p_.trainable[0].options().requires_grad(false);
+  for (int64_t at = 0; at < shard; at += kGatherChunk) {
+    const int64_t length = std::min(kGatherChunk, shard - at);
+    at::Tensor part = at::zeros({length}, options);
+    copy_flat(p_.trainable, layout_, rank * shard + at, part, /*into_params=*/false);
+    at::Tensor every = at::empty({world * length}, options);
+    group_->all_gather(part, every, "its part of the parameters after the optimizer step");
+    for (int64_t r = 0; r < world; ++r)
+      if (r != rank) copy_flat(p_.trainable, layout_, r * shard + at, every.narrow(0, r * length, length), true);
+  }
 }
 
 }  // namespace kiln
