@@ -7,6 +7,7 @@
 #include "config/options.hpp"
 #include "distributed/process_group.hpp"
 #include "optim/optimizer_checkpoint.hpp"
+#include "optim/sharded_step.hpp"
 
 namespace kiln {
 
@@ -58,24 +59,42 @@ void ShardedOptimizerPart::gather() {
   gathered_.assign(owned_.size(), std::nullopt);
   for (size_t i = 0; i < owned_.size(); ++i)
     if (own[i] && keep) gathered_[i] = ParamStateFields{{}, own[i]->texts};
+  const at::TensorOptions options = trainable_[0].options().requires_grad(false);
+  const int64_t shard = layout_.shard_size(), world = layout_.world_size(), rank = layout_.rank();
   for (const std::string& name : names) {
-    // One all-gather a field: every parameter's owned elements at their
-    // place in this rank's part of the flat space.
-    at::Tensor part = at::zeros({layout_.shard_size()}, trainable_[0].options().requires_grad(false));
-    for (size_t i = 0; i < owned_.size(); ++i) {
-      if (!own[i] || owned_[i].numel() == 0) continue;
-      for (const auto& [field, t] : own[i]->tensors)
-        if (field == name) part.narrow(0, layout_.position_in_shard(i), owned_[i].numel()).copy_(t.reshape({-1}));
-    }
-    at::Tensor whole = part;
-    if (group_ && layout_.world_size() > 1) {
-      whole = at::empty({layout_.padded()}, part.options());
-      group_->all_gather(part, whole, "its part of the optimizer's state for a checkpoint");
+    // This field of each parameter: rank 0's whole tensors, filled below.
+    std::vector<at::Tensor> whole(owned_.size());
+    for (size_t i = 0; i < owned_.size(); ++i)
+      if (gathered_[i]) whole[i] = at::zeros(trainable_[i].sizes(), options);
+    // This rank's owned values of the field, one tensor a parameter (its run).
+    std::vector<at::Tensor> mine(owned_.size());
+    for (size_t i = 0; i < owned_.size(); ++i)
+      if (own[i])
+        for (const auto& [field, t] : own[i]->tensors)
+          if (field == name) mine[i] = t.reshape({-1});
+    // In chunks, as the weights are gathered (optim/sharded_step.cpp): what
+    // the all-gather stages is bounded, whatever the model's size.
+    for (int64_t at = 0; at < shard; at += kShardGatherChunk) {
+      const int64_t length = std::min(kShardGatherChunk, shard - at);
+      at::Tensor part = at::zeros({length}, options);
+      const int64_t begin = rank * shard + at;
+      for (size_t i = 0; i < owned_.size(); ++i) {
+        if (!mine[i].defined() || mine[i].numel() == 0) continue;
+        const int64_t run_at = layout_.offset(i) + layout_.owned(i).begin;  // its run's first flat index
+        const int64_t lo = std::max(begin, run_at), hi = std::min(begin + length, run_at + mine[i].numel());
+        if (hi > lo) part.narrow(0, lo - begin, hi - lo).copy_(mine[i].narrow(0, lo - run_at, hi - lo));
+      }
+      at::Tensor every = part;
+      if (group_ && world > 1) {
+        every = at::empty({world * length}, options);
+        group_->all_gather(part, every, "its part of the optimizer's state for a checkpoint");
+      }
+      if (!keep) continue;
+      for (int64_t r = 0; r < world; ++r)
+        copy_flat(whole, layout_, r * shard + at, every.narrow(0, r * length, length), /*into_params=*/true);
     }
     for (size_t i = 0; i < owned_.size(); ++i)
-      if (gathered_[i])
-        gathered_[i]->tensors.emplace_back(
-            name, whole.narrow(0, layout_.offset(i), layout_.numel(i)).view(trainable_[i].sizes()).clone());
+      if (gathered_[i]) gathered_[i]->tensors.emplace_back(name, whole[i]);
   }
 }
 

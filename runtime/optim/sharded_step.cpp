@@ -68,14 +68,11 @@ void ShardedStep::clear_gradients() {
     if (v.grad().defined()) v.mutable_grad().reset();
 }
 
-namespace {
-
-// Copies between the flat index range [begin, begin + flat.numel()) and the
-// parameters that hold it (past the last parameter: the padding, zeros).
 void copy_flat(const std::vector<at::Tensor>& params, const ShardLayout& layout, int64_t begin, at::Tensor flat,
                bool into_params) {
   const int64_t end = begin + flat.numel();
   for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].defined()) continue;  // a parameter without this state
     const int64_t lo = std::max(begin, layout.offset(i)), hi = std::min(end, layout.offset(i) + layout.numel(i));
     if (hi <= lo) continue;
     at::Tensor in_param = params[i].detach().view({-1}).narrow(0, lo - layout.offset(i), hi - lo);
@@ -87,19 +84,16 @@ void copy_flat(const std::vector<at::Tensor>& params, const ShardLayout& layout,
   }
 }
 
-}  // namespace
-
 // In chunks of at most kGatherChunk values a rank, so what the all-gather
 // needs besides the parameters is bounded (Gloo's all-gather stages every
 // rank's chunk in a buffer of its own, then copies it out).
 void ShardedStep::gather_parameters() {
   if (!group_ || layout_.world_size() == 1 || owned_.empty()) return;
   at::NoGradGuard no_grad;
-  constexpr int64_t kGatherChunk = int64_t{1} << 20;
   const int64_t shard = layout_.shard_size(), world = layout_.world_size(), rank = layout_.rank();
   const at::TensorOptions options = p_.trainable[0].options().requires_grad(false);
-  for (int64_t at = 0; at < shard; at += kGatherChunk) {
-    const int64_t length = std::min(kGatherChunk, shard - at);
+  for (int64_t at = 0; at < shard; at += kShardGatherChunk) {
+    const int64_t length = std::min(kShardGatherChunk, shard - at);
     at::Tensor part = at::zeros({length}, options);
     copy_flat(p_.trainable, layout_, rank * shard + at, part, /*into_params=*/false);
     at::Tensor every = at::empty({world * length}, options);

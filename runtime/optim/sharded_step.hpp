@@ -25,6 +25,19 @@ namespace kiln {
 
 class ProcessGroup;
 
+// The values a rank all-gathers at once (the weights after a step, each
+// field of the optimizer's state for a checkpoint): Gloo stages every
+// rank's chunk in a buffer of its own, so this bounds what a gather needs
+// besides what it fills.
+constexpr int64_t kShardGatherChunk = int64_t{1} << 20;
+
+// Copies between the flat index range [begin, begin + flat.numel()) of
+// `layout` and the tensors, one per parameter, that hold it (`into_params`:
+// from `flat` into them; else out of them). Past the last parameter lies
+// the padding, which no tensor holds; an undefined tensor is skipped.
+void copy_flat(const std::vector<at::Tensor>& params, const ShardLayout& layout, int64_t begin, at::Tensor flat,
+               bool into_params);
+
 class ShardedStep final : public OptimizerStep {
  public:
   // `whole.optimizer` is the optimizer over `owned` (owned_views of
