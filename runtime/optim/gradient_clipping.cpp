@@ -22,13 +22,6 @@ std::vector<at::Tensor> norms_of_grads(const std::vector<at::Tensor>& params, st
 
 }  // namespace
 
-at::Tensor squared_grad_norm(const std::vector<at::Tensor>& params) {
-  std::vector<at::Tensor> grads;
-  const std::vector<at::Tensor> norms = norms_of_grads(params, &grads);
-  if (norms.empty()) return {};
-  return at::stack(norms).square().sum();
-}
-
 void clip_gradients(const std::vector<at::Tensor>& params, const GradientClipping& clipping,
                     const std::function<at::Tensor(at::Tensor)>& reduce, NonfiniteWatch* nonfinite) {
   if (clipping.value <= 0) return;

@@ -19,10 +19,6 @@ struct GradientClipping {
   bool by_value = false;  // else by norm
 };
 
-// The sum of the squares of the gradients of `params` (a 0-dim tensor on
-// their device, never read back; undefined when none has a gradient).
-at::Tensor squared_grad_norm(const std::vector<at::Tensor>& params);
-
 // Clips the gradients of `params` in place. By norm: `reduce` (may be
 // empty) turns this rank's squared norm into the global one (a sum over
 // ranks); `nonfinite` (may be null) is told the norm. The arithmetic stays
