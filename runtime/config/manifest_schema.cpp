@@ -288,8 +288,9 @@ TableSchema declare_distributed_table() {
                   "the dtype gradients are all-reduced in (weights and optimizer stay float32)");
   distributed.key("shard", &DistributedConfig::shard,
                   "what each rank holds of the training state: none = everything (replicated, as DDP); optimizer = "
-                  "its 1/N of the optimizer's state (ZeRO-1: Adam's moments on 1/N of the parameters each; the "
-                  "weights are the replicated run's to the bit; docs/distributed.md)");
+                  "its 1/N of the optimizer's state, gradients reduce-scattered (ZeRO-1: Adam's moments on 1/N of "
+                  "the parameters each); gradients = also only its 1/N of the reduced gradients, every whole "
+                  "gradient dropped once reduced (ZeRO-2); docs/distributed.md");
   distributed.key("timeout_s", &DistributedConfig::timeout_s, "seconds every collective and the rendezvous may take")
       .above(0.0);
   distributed.key("master_addr", &DistributedConfig::master_addr, "the rendezvous address kiln's workers use")

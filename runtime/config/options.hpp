@@ -32,7 +32,7 @@ enum class IntraHost { automatic, shm, gloo };
 enum class GradientCompression { none, bf16, fp16 };
 // distributed.shard: what each rank holds of the training state
 // (optim/sharded_step.hpp): everything, or its part of the optimizer's state.
-enum class ShardMode { none, optimizer };
+enum class ShardMode { none, optimizer, gradients };
 // Lightning's names: full float32, bfloat16 autocast, float16 autocast with a
 // gradient scaler.
 enum class Precision { fp32, bf16_mixed, fp16_mixed };
@@ -94,7 +94,7 @@ struct OptionNames<GradientCompression> {
 };
 template <>
 struct OptionNames<ShardMode> {
-  static constexpr std::array<const char*, 2> names{"none", "optimizer"};
+  static constexpr std::array<const char*, 3> names{"none", "optimizer", "gradients"};
 };
 
 template <>

@@ -401,6 +401,10 @@ void ProcessGroup::all_reduce_sum(at::Tensor& tensor, const char* contribution) 
 
 void ProcessGroup::all_gather(const at::Tensor& part, at::Tensor& whole, const char* what) {
   collective("all-gather", [&] {
+    if (shm_ && part.is_cpu() && part.scalar_type() == at::kFloat) {
+      shm_->all_gather(part, whole, what);
+      return;
+    }
     std::vector<at::Tensor> input{part.contiguous()};
     std::vector<std::vector<at::Tensor>> outputs(1);
     for (int r = 0; r < world_size_; ++r) outputs[0].push_back(at::empty_like(input[0]));
@@ -410,6 +414,31 @@ void ProcessGroup::all_gather(const at::Tensor& part, at::Tensor& whole, const c
     wait(on->allgather(outputs, input, options), what);
     const int64_t n = input[0].numel();
     for (int r = 0; r < world_size_; ++r) whole.narrow(0, r * n, n).copy_(outputs[0][r]);
+  });
+}
+
+void ProcessGroup::reduce_scatter(int64_t begin, int64_t count, int64_t shard, const ShardFill& fill,
+                                  at::Tensor& owned, bool accumulate, const char* what) {
+  collective("reduce-scatter", [&] {
+    if (shm_ && owned.is_cpu()) {
+      shm_->reduce_scatter_sum(begin, count, shard, fill, owned, accumulate, what);
+      return;
+    }
+    at::Tensor range = at::empty({count}, owned.options());
+    fill(begin, range);
+    std::vector<at::Tensor> one{range};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    wait(group_->allreduce(one, options), what);
+    const int64_t lo = std::max(begin, rank_ * shard), hi = std::min(begin + count, (rank_ + 1) * shard);
+    if (hi <= lo) return;
+    at::Tensor out = owned.narrow(0, lo - rank_ * shard, hi - lo);
+    const at::Tensor sum = range.narrow(0, lo - begin, hi - lo);
+    if (accumulate)
+      out.add_(sum);
+    else
+      out.copy_(sum);
   });
 }
 

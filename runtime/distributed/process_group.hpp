@@ -84,7 +84,21 @@ class ProcessGroup {
   // Every rank's `part` (the same size on each) into `whole`, in rank
   // order, on the gradients' group (Gloo on the CPU, NCCL on CUDA): what a
   // sharded optimizer step hands the other ranks. `what` names the part.
+  // Through shared memory between the ranks of one host (float32 CPU parts).
   void all_gather(const at::Tensor& part, at::Tensor& whole, const char* what);
+  // The sharded step's gradient reduction over a flat index space cut into
+  // `shard`-sized parts (optim/shard_layout.hpp): each rank's values for
+  // [begin, begin + count), written by `fill(first index, place)`, are summed
+  // over the ranks in rank order, and this rank keeps the part in its own
+  // shard, written into (or, with `accumulate`, added to) `owned`. Between
+  // the ranks of one host a true reduce-scatter in shared memory; elsewhere
+  // an all-reduce of the range on the gradients' group (twice the traffic:
+  // the ranges do not follow the shards' borders, which c10d's reduce-scatter
+  // needs), as reduce_scatter_is_all_reduce() says.
+  using ShardFill = std::function<void(int64_t begin, at::Tensor& place)>;
+  void reduce_scatter(int64_t begin, int64_t count, int64_t shard, const ShardFill& fill, at::Tensor& owned,
+                      bool accumulate, const char* what);
+  bool reduce_scatter_is_all_reduce() const { return !shm_; }
 
  private:
   // Counts this rank in and waits, until `deadline`, for all the others.

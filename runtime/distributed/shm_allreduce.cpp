@@ -136,9 +136,7 @@ void ShmAllReduce::all_reduce_sum(at::Tensor& tensor, const char* contribution) 
   const double waited_before = stats_.waiting_s;
   for (size_t at = 0; at < bytes; at += chunk) reduce_chunk(data + at, std::min(chunk, bytes - at), flat.scalar_type());
   if (!flat.is_same(tensor)) tensor.copy_(flat);
-  ++stats_.calls;
-  stats_.moving_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
-                     (stats_.waiting_s - waited_before);
+  count_call(start, waited_before);
 }
 
 void ShmAllReduce::reduce_chunk(uint8_t* data, size_t bytes, at::ScalarType dtype) {
@@ -166,6 +164,86 @@ void ShmAllReduce::reduce_chunk(uint8_t* data, size_t bytes, at::ScalarType dtyp
   await(Phase::reduced, seq);
   std::memcpy(data, result(seq), bytes);
   me.counter[static_cast<int>(Phase::done)].store(seq, std::memory_order_release);
+}
+
+// One chunk of a collective that needs no shared result: every rank writes
+// its slot, waits for all, reads what it needs from every slot, and is done.
+void ShmAllReduce::exchange_chunk(const std::function<void(uint8_t* mine)>& write,
+                                  const std::function<void(uint64_t seq)>& read) {
+  const uint64_t seq = ++seq_;
+  RankState& me = state(rank_);
+  if (seq > 2) await(Phase::done, seq - 2);  // this parity's slots were last read in chunk seq - 2
+  write(slot(seq, rank_));
+  me.counter[static_cast<int>(Phase::arrived)].store(seq, std::memory_order_release);
+  await(Phase::arrived, seq);
+  read(seq);
+  // Nothing is read from this chunk's result area: reduced and done at once.
+  me.counter[static_cast<int>(Phase::reduced)].store(seq, std::memory_order_release);
+  me.counter[static_cast<int>(Phase::done)].store(seq, std::memory_order_release);
+}
+
+void ShmAllReduce::count_call(std::chrono::steady_clock::time_point start, double waited_before) {
+  ++stats_.calls;
+  stats_.moving_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() -
+                     (stats_.waiting_s - waited_before);
+}
+
+void ShmAllReduce::reduce_scatter_sum(int64_t begin, int64_t count, int64_t shard, const Fill& fill,
+                                      at::Tensor& owned, bool accumulate, const char* contribution) {
+  if (count <= 0) return;
+  contribution_ = contribution;
+  if (owned.scalar_type() != at::kFloat || !owned.is_contiguous() || !owned.device().is_cpu())
+    throw std::invalid_argument("the shared-memory reduce-scatter takes a contiguous float32 CPU shard");
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  const int64_t per_chunk = static_cast<int64_t>(slot_bytes_ / sizeof(float));
+  const int64_t mine_lo = rank_ * shard, mine_hi = mine_lo + shard;
+  const auto start = std::chrono::steady_clock::now();
+  const double waited_before = stats_.waiting_s;
+  for (int64_t first = begin; first < begin + count; first += per_chunk) {
+    const int64_t n = std::min(per_chunk, begin + count - first);
+    exchange_chunk(
+        [&](uint8_t* mine) {
+          at::Tensor place = at::from_blob(mine, {n}, options);
+          fill(first, place);
+        },
+        [&](uint64_t seq) {
+          const int64_t lo = std::max(first, mine_lo), hi = std::min(first + n, mine_hi);
+          if (hi <= lo) return;
+          auto view = [&](int r) {
+            return at::from_blob(slot(seq, r) + (lo - first) * sizeof(float), {hi - lo}, options);
+          };
+          at::Tensor out = owned.narrow(0, lo - mine_lo, hi - lo);
+          // In rank order, as all_reduce_sum adds: the same sums to the bit.
+          at::Tensor sum = accumulate ? at::empty({hi - lo}, options) : out;
+          at::add_out(sum, view(0), view(1));
+          for (int r = 2; r < ranks_; ++r) sum.add_(view(r));
+          if (accumulate) out.add_(sum);
+        });
+  }
+  count_call(start, waited_before);
+}
+
+void ShmAllReduce::all_gather(const at::Tensor& part, at::Tensor& whole, const char* contribution) {
+  contribution_ = contribution;
+  if (part.scalar_type() != at::kFloat || !part.device().is_cpu() || !whole.is_contiguous() ||
+      whole.numel() != part.numel() * ranks_)
+    throw std::invalid_argument("the shared-memory all-gather takes float32 CPU parts and a whole of every rank's");
+  const at::Tensor mine = part.contiguous();
+  const int64_t n = mine.numel();
+  const int64_t per_chunk = static_cast<int64_t>(slot_bytes_ / sizeof(float));
+  float* out = whole.data_ptr<float>();
+  const float* in = mine.data_ptr<float>();
+  const auto start = std::chrono::steady_clock::now();
+  const double waited_before = stats_.waiting_s;
+  for (int64_t first = 0; first < n; first += per_chunk) {
+    const int64_t length = std::min(per_chunk, n - first);
+    const size_t bytes = static_cast<size_t>(length) * sizeof(float);
+    exchange_chunk([&](uint8_t* slot_of_mine) { std::memcpy(slot_of_mine, in + first, bytes); },
+                   [&](uint64_t seq) {
+                     for (int r = 0; r < ranks_; ++r) std::memcpy(out + r * n + first, slot(seq, r), bytes);
+                   });
+  }
+  count_call(start, waited_before);
 }
 
 int ShmAllReduce::first_behind(Phase phase, uint64_t seq) const {

@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -64,6 +65,21 @@ class ShmAllReduce {
   // which rank did not ("its gradients", "its stop vote").
   void all_reduce_sum(at::Tensor& tensor, const char* contribution = "its gradients");
 
+  // A reduce-scatter over a flat float32 index space cut into equal shards,
+  // rank r's being [r * shard, (r + 1) * shard) (optim/shard_layout.hpp).
+  // Every rank writes its values for [begin, begin + count) through `fill`
+  // (called with a chunk's first index and the chunk's place in this rank's
+  // slot, to fill in full); the ranks' values are summed in rank order, each
+  // rank summing only what lies in its own shard, into `owned` (`shard`
+  // values, overwritten, or added to with `accumulate`). What each rank
+  // reads is its shard's part only: half the traffic of an all-reduce.
+  using Fill = std::function<void(int64_t begin, at::Tensor& slot)>;
+  void reduce_scatter_sum(int64_t begin, int64_t count, int64_t shard, const Fill& fill, at::Tensor& owned,
+                          bool accumulate, const char* contribution = "its gradients");
+  // Every rank's `part` (float32, the same length on each) into `whole`, in
+  // rank order.
+  void all_gather(const at::Tensor& part, at::Tensor& whole, const char* contribution);
+
   // Where the time of the calls so far went (bench/README.md: where a
   // 2-process step goes).
   struct Stats {
@@ -83,6 +99,11 @@ class ShmAllReduce {
   enum class Phase { arrived, reduced, done };
 
   void reduce_chunk(uint8_t* data, size_t bytes, at::ScalarType dtype);
+  // Runs `body` between this rank's arrival with chunk `seq + 1` (after
+  // `write` filled its slot) and the moment every rank has read its slot.
+  void exchange_chunk(const std::function<void(uint8_t* mine)>& write,
+                      const std::function<void(uint64_t seq)>& read);
+  void count_call(std::chrono::steady_clock::time_point start, double waited_before);
   // Until every rank's counter for `phase` reaches `seq`.
   void await(Phase phase, uint64_t seq);
   [[noreturn]] void fail_waiting(Phase phase, uint64_t seq, const std::string& why);

@@ -83,6 +83,11 @@ void GradScaler::unscale(const std::vector<at::Tensor>& parameters) {
   }
 }
 
+void GradScaler::agree(const std::function<at::Tensor(at::Tensor)>& sum_over_ranks) {
+  const at::Tensor mine = found_inf_.defined() ? found_inf_.to(at::kFloat) : at::zeros({}, at::kFloat);
+  found_inf_ = sum_over_ranks(mine).gt(0);
+}
+
 bool GradScaler::step_and_update() {
   const bool finite = !found_inf_.defined() || !found_inf_.item<bool>();
   found_inf_ = at::Tensor();

@@ -5,6 +5,8 @@
 // around the hook call and the plugin's operators see.
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <vector>
 
@@ -63,6 +65,9 @@ class GradScaler {
   // Divides every gradient by the scale and notes (on the device) whether
   // any is not finite.
   void unscale(const std::vector<at::Tensor>& parameters);
+  // Where each rank unscaled its own gradients (a sharded step): the verdict
+  // made every rank's, `sum_over_ranks` summing a count of non-finite ranks.
+  void agree(const std::function<at::Tensor(at::Tensor)>& sum_over_ranks);
   // Whether the optimizer may step (reads the flag); then updates the scale.
   bool step_and_update();
 

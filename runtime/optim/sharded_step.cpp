@@ -6,15 +6,21 @@
 #include <torch/optim/optimizer.h>
 
 #include "distributed/process_group.hpp"
+#include "optim/nonfinite_watch.hpp"
 #include "optim/precision.hpp"
+#include "profiling/profiler.hpp"
 #include "optim/weight_averaging.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {
 
-ShardedStep::ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> owned, ShardLayout layout,
-                         ProcessGroup* group)
-    : p_(whole), whole_(whole), owned_(std::move(owned)), layout_(std::move(layout)), group_(group) {}
+ShardedStep::ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> owned, const ShardLayout& layout,
+                         ProcessGroup* group, bool free_gradients)
+    : p_(whole),
+      owned_(std::move(owned)),
+      layout_(layout),
+      group_(group),
+      gradients_(whole.trainable, layout, group, free_gradients) {}
 
 std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout) {
   std::vector<at::Tensor> out;
@@ -22,7 +28,7 @@ std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& 
   for (size_t i = 0; i < trainable.size(); ++i) {
     const at::Tensor& p = trainable[i];
     if (p.scalar_type() != at::kFloat || !p.is_contiguous() || p.device() != trainable[0].device())
-      throw InputError("distributed.shard = \"optimizer\" shards float32 parameters on one device; parameter " +
+      throw InputError("distributed.shard shards float32 parameters on one device; parameter " +
                        std::to_string(i) + " is " + std::string(c10::toString(p.scalar_type())) + " on " +
                        p.device().str() + (p.is_contiguous() ? "" : ", not contiguous") +
                        " (use distributed.shard = \"none\")");
@@ -36,26 +42,52 @@ std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& 
   return out;
 }
 
+void ShardedStep::backward(const at::Tensor& loss, bool sync) {
+  const at::Tensor scaled = p_.scaler ? p_.scaler->scale(loss) : loss;
+  gradients_.before_backward(sync);
+  Profiler* profiler = p_.profiler;
+  const ProcessGroup::GradientWaits before = profiler && group_ ? group_->gradient_waits() : ProcessGroup::GradientWaits{};
+  // The reduce-scatter runs inside backward (its hooks): its failures are a peer's.
+  try {
+    scaled.backward();
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const c10::Error& e) {
+    throw PeerFailure(std::string("gradient reduce-scatter failed (another rank failed or stopped responding): ") +
+                      e.what_without_backtrace());
+  }
+  gradients_.after_backward();
+  if (profiler && group_) {
+    const ProcessGroup::GradientWaits after = group_->gradient_waits();
+    profiler->carve(Phase::allreduce_wait, after.seconds - before.seconds, after.calls - before.calls);
+  }
+}
+
+at::Tensor ShardedStep::sum_over_ranks(at::Tensor value, const char* what) const {
+  if (!group_ || layout_.world_size() == 1) return value;
+  at::Tensor on_cpu = value.to(at::kCPU, at::kFloat).contiguous();
+  group_->all_reduce_sum(on_cpu, what);
+  return on_cpu.to(value.device());
+}
+
 void ShardedStep::step(int64_t global_step) {
   bool stepped = true;
   {
     at::NoGradGuard no_grad;
     at::AutoDispatchBelowAutograd below_autograd;
-    // The whole gradients are on every rank (all-reduced inside backward):
-    // unscaled and clipped as the replicated step does, so the norm and the
-    // scaler's verdict are the same everywhere and need no reduction.
+    for (size_t i = 0; i < owned_.size(); ++i) owned_[i].mutable_grad() = gradients_.owned_gradient(i);
     NonfiniteWatch* watch = p_.scaler ? nullptr : p_.nonfinite;
-    if (p_.scaler) p_.scaler->unscale(p_.trainable);
-    clip_gradients(p_.trainable, p_.clipping, {}, watch);
-    if (p_.scaler) stepped = p_.scaler->step_and_update();  // skipped: inf/NaN gradients (counted)
-    if (stepped) {
-      for (size_t i = 0; i < owned_.size(); ++i) {
-        const at::Tensor& grad = p_.trainable[i].grad();
-        const ShardLayout::Run run = layout_.owned(i);
-        owned_[i].mutable_grad() = grad.defined() ? grad.reshape({-1}).narrow(0, run.begin, run.length) : at::Tensor();
-      }
-      p_.optimizer.step();
+    if (p_.scaler) {
+      // Every rank skips the step or none does: the verdicts are summed.
+      p_.scaler->unscale(owned_);
+      p_.scaler->agree([this](at::Tensor found) { return sum_over_ranks(found, "its gradient scaler's verdict"); });
     }
+    std::function<at::Tensor(at::Tensor)> reduce;
+    if (group_ && layout_.world_size() > 1)
+      reduce = [this](at::Tensor squared) { return sum_over_ranks(squared, "its squared gradient norm"); };
+    clip_gradients(owned_, p_.clipping, reduce, watch);
+    if (p_.scaler) stepped = p_.scaler->step_and_update();  // skipped: inf/NaN gradients (counted)
+    if (stepped) p_.optimizer.step();
   }
   clear_gradients();
   if (stepped) gather_parameters();
@@ -63,7 +95,7 @@ void ShardedStep::step(int64_t global_step) {
 }
 
 void ShardedStep::clear_gradients() {
-  whole_.clear_gradients();
+  gradients_.clear();
   for (auto& v : owned_)
     if (v.grad().defined()) v.mutable_grad().reset();
 }

@@ -1,16 +1,19 @@
-// distributed.shard = "optimizer": ZeRO stage 1. Each rank's optimizer
-// holds state (Adam's moments, SGD's momentum, ...) for the elements it owns
-// only (optim/shard_layout.hpp): its parameters are 1-D views into the
-// model's parameters, one per trainable parameter (empty where it owns
-// none). Backward is the replicated step's (the gradients all-reduced in
-// buckets inside it, so every rank holds the same averaged gradients); the
-// step unscales and clips the whole gradients as the replicated step does,
-// steps the owned elements in place, then all-gathers them so that every
-// rank holds the whole updated parameters. Every optimizer kiln builds is
-// elementwise, so with the same reduction the weights and the optimizer's
-// state are the replicated run's to the bit. Not yet: a reduce-scatter
-// instead of the all-reduce (what each rank sends per step is still the
-// whole gradient), and ZeRO-2's freeing of the gradients.
+// distributed.shard = "optimizer" (ZeRO stage 1) and "gradients" (stage
+// 2): each rank's optimizer holds state (Adam's moments, SGD's momentum,
+// ...) for the elements it owns only (optim/shard_layout.hpp): its
+// parameters are 1-D views into the model's parameters, one per trainable
+// parameter (empty where it owns none). Backward reduce-scatters the
+// gradients in buckets as it runs (optim/sharded_gradients.hpp), so each
+// rank holds the averaged gradients of its own elements; the step unscales
+// them (the scaler's verdict agreed by every rank), clips them (by the
+// global norm: each rank's squared norm summed over ranks), steps the
+// owned elements in place, then all-gathers them so that every rank holds
+// the whole updated parameters. Every optimizer kiln builds is elementwise,
+// so with the same reduction order the weights and the optimizer's state
+// are the replicated run's to the bit, but for the norm's rounding when
+// clipping by norm and, with "gradients", for accumulation (each
+// micro-batch's sums are added, where the replicated run sums the
+// accumulated gradients once).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@
 
 #include "optim/replicated_step.hpp"
 #include "optim/shard_layout.hpp"
+#include "optim/sharded_gradients.hpp"
 
 namespace kiln {
 
@@ -41,16 +45,18 @@ void copy_flat(const std::vector<at::Tensor>& params, const ShardLayout& layout,
 class ShardedStep final : public OptimizerStep {
  public:
   // `whole.optimizer` is the optimizer over `owned` (owned_views of
-  // `whole.trainable`); `group` is null in one process (one rank owns all).
-  ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> owned, ShardLayout layout, ProcessGroup* group);
+  // `whole.trainable`; `whole.grad_sync` unused); `group` is null in one
+  // process (one rank owns all). `free_gradients`: ZeRO-2.
+  ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> owned, const ShardLayout& layout,
+              ProcessGroup* group, bool free_gradients);
 
   // Views of the elements this rank owns, one per trainable parameter, in
   // order. Throws InputError (one line) for parameters it cannot shard:
   // other than float32 and contiguous, or on more than one device.
   static std::vector<at::Tensor> owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout);
 
-  void before_forward() override { whole_.before_forward(); }
-  void backward(const at::Tensor& loss, bool sync) override { whole_.backward(loss, sync); }
+  void before_forward() override {}
+  void backward(const at::Tensor& loss, bool sync) override;
   void step(int64_t global_step) override;
   void clear_gradients() override;
 
@@ -58,11 +64,14 @@ class ShardedStep final : public OptimizerStep {
   // Every rank's owned elements into every rank's parameters.
   void gather_parameters();
 
+  // Sums over ranks (the clipping norm's squares, the scaler's verdicts).
+  at::Tensor sum_over_ranks(at::Tensor value, const char* what) const;
+
   ReplicatedStep::Parts p_;
-  ReplicatedStep whole_;
   std::vector<at::Tensor> owned_;
-  ShardLayout layout_;
+  const ShardLayout& layout_;
   ProcessGroup* group_;
+  ShardedGradients gradients_;
 };
 
 }  // namespace kiln

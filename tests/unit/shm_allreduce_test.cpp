@@ -1,5 +1,6 @@
 // The shared-memory all-reduce between real processes (fork): sums exact and
-// bitwise identical on every rank, across chunks and dtypes; a peer that
+// bitwise identical on every rank, across chunks and dtypes (and so the
+// reduce-scatter's and the all-gather's); a peer that
 // exits, leaves or stops never keeps a rank waiting past its bound; the
 // segment's name is gone from /dev/shm once every rank has it.
 #include <gtest/gtest.h>
@@ -117,6 +118,78 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{"two_ranks_float16", 2, 70001, 4096, at::kHalf},
                     Case{"fewer_elements_than_ranks", 4, 3, 4096, at::kFloat}),
     [](const testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+// The reduce-scatter of a sharded step: each rank ends with exactly the
+// all-reduce's sums for its own shard (bitwise: the same rank order), for
+// ranges that start and end inside shards, over many chunks, mixed with
+// all-reduces on the same segment; with `accumulate` the sums are added.
+struct ScatterCase {
+  const char* name;
+  int ranks;
+  int64_t shard;
+  size_t slot_bytes;
+};
+
+void PrintTo(const ScatterCase& c, std::ostream* out) { *out << c.name; }
+
+class ShmReduceScatter : public testing::TestWithParam<ScatterCase> {};
+
+TEST_P(ShmReduceScatter, EachRankHoldsTheAllReducesSumsForItsShardOnly) {
+  const ScatterCase c = GetParam();
+  const int64_t n = c.shard * c.ranks;
+  at::Tensor expected = rank_values(0, n, at::kFloat);
+  for (int r = 1; r < c.ranks; ++r) expected = expected + rank_values(r, n, at::kFloat);
+  // Ranges as a sharded step's buckets make them: from the end, uneven.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t end = n; end > 0;) {
+    const int64_t begin = std::max<int64_t>(0, end - (c.shard * 2 / 3 + 5));
+    ranges.emplace_back(begin, end - begin);
+    end = begin;
+  }
+  const auto codes = run_ranks(c.ranks, c.slot_bytes, milliseconds(60000), [&](int rank, std::unique_ptr<ShmAllReduce>& shm) {
+    const at::Tensor mine = rank_values(rank, n, at::kFloat);
+    const at::Tensor want = expected.narrow(0, rank * c.shard, c.shard);
+    for (int round = 0; round < 3; ++round) {
+      at::Tensor owned = at::full({c.shard}, 7.0f);
+      for (auto [begin, count] : ranges)
+        shm->reduce_scatter_sum(begin, count, c.shard,
+                                [&](int64_t at, at::Tensor& slot) { slot.copy_(mine.narrow(0, at, slot.numel())); },
+                                owned, /*accumulate=*/false);
+      if (!at::equal(owned, want)) return kWrong;
+      at::Tensor vote = at::ones({3});
+      shm->all_reduce_sum(vote);  // the same segment, between reduce-scatters
+      if (!at::equal(vote, at::full({3}, static_cast<float>(c.ranks)))) return kWrong;
+      shm->reduce_scatter_sum(0, n, c.shard,
+                              [&](int64_t at, at::Tensor& slot) { slot.copy_(mine.narrow(0, at, slot.numel())); },
+                              owned, /*accumulate=*/true);
+      if (!at::equal(owned, want + want)) return kWrong;
+    }
+    return kOk;
+  });
+  for (int r = 0; r < c.ranks; ++r) EXPECT_EQ(codes[r], kOk) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ShmReduceScatter,
+                         testing::Values(ScatterCase{"two_ranks_one_chunk", 2, 5003, ShmAllReduce::kDefaultSlotBytes},
+                                         ScatterCase{"two_ranks_many_chunks", 2, 20011, 4096},
+                                         ScatterCase{"three_ranks", 3, 3337, 1024},
+                                         ScatterCase{"four_ranks", 4, 999, 4096}),
+                         [](const testing::TestParamInfo<ScatterCase>& info) { return std::string(info.param.name); });
+
+TEST(ShmAllReduce, AllGatherPutsEveryRanksPartInRankOrder) {
+  const int ranks = 3;
+  const int64_t part = 10007;
+  const auto codes = run_ranks(ranks, 4096, milliseconds(60000), [&](int rank, std::unique_ptr<ShmAllReduce>& shm) {
+    at::Tensor whole = at::empty({part * ranks});
+    for (int round = 0; round < 3; ++round) {
+      shm->all_gather(rank_values(rank + round, part, at::kFloat), whole, "its part");
+      for (int r = 0; r < ranks; ++r)
+        if (!at::equal(whole.narrow(0, r * part, part), rank_values(r + round, part, at::kFloat))) return kWrong;
+    }
+    return kOk;
+  });
+  EXPECT_EQ(codes, (std::vector<int>(ranks, kOk)));
+}
 
 TEST(ShmAllReduce, NonContiguousTensorsAreSummedInPlace) {
   const auto codes = run_ranks(2, 4096, milliseconds(60000), [](int rank, std::unique_ptr<ShmAllReduce>& shm) {

@@ -346,7 +346,12 @@ class Run {
   // checkpoints: every trainable value, or (distributed.shard = optimizer,
   // ZeRO-1) the elements it owns, every rank's all-gathered after each step.
   void build_optimizer(const std::vector<ParamGroup>& groups) {
-    if (m_.distributed.shard == ShardMode::none) {
+    const ShardMode shard = m_.distributed.shard;
+    if (shard != ShardMode::none && m_.distributed.gradient_compression != GradientCompression::none)
+      throw InputError("distributed.gradient_compression is for the replicated all-reduce; distributed.shard = \"" +
+                       std::string(option_name(shard)) +
+                       "\" reduce-scatters float32 gradients (set one of them to \"none\")");
+    if (shard == ShardMode::none) {
       state_.optimizer = make_optimizer(m_.optimizer, groups, state_.trainable);
       checkpoints_->register_optimizer();
       return;
@@ -359,9 +364,14 @@ class Run {
     checkpoints_->register_sharded_optimizer(owned_, *shard_layout_, group_.get());
     int64_t elements = 0;
     for (const auto& v : owned_) elements += v.numel();
-    spdlog::info("distributed.shard = optimizer: rank {} holds the optimizer's state for {} of the {} trained "
+    spdlog::info("distributed.shard = {}: rank {} holds the optimizer's state{} for {} of the {} trained "
                  "values ({} per rank with padding; replicated: all {})",
-                 rank(), elements, shard_layout_->total(), shard_layout_->shard_size(), shard_layout_->total());
+                 option_name(shard), rank(), shard == ShardMode::gradients ? " and reduced gradients" : "", elements,
+                 shard_layout_->total(), shard_layout_->shard_size(), shard_layout_->total());
+    if (group_ && group_->reduce_scatter_is_all_reduce())
+      spdlog::info("distributed.shard: the ranks are not all on one host sharing memory, and {}'s reduce-scatter "
+                   "needs shard-aligned buckets: the gradients are all-reduced (twice a reduce-scatter's traffic)",
+                   group_->gradient_transport());
   }
 
   // The optimizer-step seam's implementation for what build_optimizer made.
@@ -370,7 +380,9 @@ class Run {
         *state_.optimizer, state_.trainable,
         GradientClipping{m_.trainer.gradient_clip_val, m_.trainer.gradient_clip_algorithm == GradientClipAlgorithm::value},
         grad_sync_.get(), scaler, nonfinite, averaging_ ? &*averaging_ : nullptr, profiler_.get()};
-    if (shard_layout_) return std::make_unique<ShardedStep>(parts, owned_, *shard_layout_, group_.get());
+    if (shard_layout_)
+      return std::make_unique<ShardedStep>(parts, owned_, *shard_layout_, group_.get(),
+                                           m_.distributed.shard == ShardMode::gradients);
     return std::make_unique<ReplicatedStep>(parts);
   }
 
@@ -401,7 +413,7 @@ class Run {
       schedule.anneal_to(m_.averaging.swa_lr, swa_start_epoch(m_.averaging, settings_.max_epochs),
                          m_.averaging.annealing_epochs);
     open_run_dir();
-    if (group_)
+    if (group_ && !shard_layout_)  // a sharded step reduce-scatters the gradients itself
       grad_sync_ = std::make_unique<GradSync>(*group_, state_.trainable, state_.trainable_names,
                                               m_.distributed.gradient_compression);
     std::optional<GradScaler> scaler;
