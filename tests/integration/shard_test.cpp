@@ -97,25 +97,29 @@ struct ShardCase {
   int processes;
   const char* mode;
   int accumulate;
+  const char* intra_host = "auto";  // gloo: the reduce-scatter is Gloo's all-reduce
 };
 
 void PrintTo(const ShardCase& c, std::ostream* out) {
-  *out << c.processes << " processes, " << c.mode << ", accumulate " << c.accumulate;
+  *out << c.processes << " processes, " << c.mode << ", accumulate " << c.accumulate << ", " << c.intra_host;
 }
 
 class Shard : public testing::TestWithParam<ShardCase> {};
 
 TEST_P(Shard, TheShardedRunEndsAtTheReplicatedRunsWeightsAndState) {
   const ShardCase c = GetParam();
-  const std::string n = std::to_string(c.processes), acc = std::to_string(c.accumulate);
+  const std::vector<std::string> args{"-n", std::to_string(c.processes), "--set",
+                                      "trainer.accumulate_grad_batches=" + std::to_string(c.accumulate), "--set",
+                                      std::string("distributed.intra_host=") + c.intra_host};
   TempDir dir;
-  const ProcessResult replicated =
-      kiln_fit(manifest(dir, "replicated"), {"-n", n, "--set", "trainer.accumulate_grad_batches=" + acc});
+  const ProcessResult replicated = kiln_fit(manifest(dir, "replicated"), args);
   ASSERT_EQ(replicated.exit_code, 0) << replicated.output;
-  const ProcessResult sharded = kiln_fit(
-      manifest(dir, "sharded"),
-      {"-n", n, "--set", "trainer.accumulate_grad_batches=" + acc, "--set", std::string("distributed.shard=") + c.mode});
+  const ProcessResult sharded = kiln_fit(manifest(dir, "sharded"), with_shard(args, c.mode));
   ASSERT_EQ(sharded.exit_code, 0) << sharded.output;
+  const bool over_gloo = std::string(c.intra_host) == "gloo";
+  EXPECT_EQ(sharded.output.find("the gradients are all-reduced (twice a reduce-scatter's traffic)") != std::string::npos,
+            over_gloo)
+      << sharded.output;
   // 20*13+13 + 13*7+7 + 7*3+3 = 395 values: rank 0 owns ceil(395 / n) of them.
   const std::string owns = std::string("distributed.shard = ") + c.mode + ": rank 0 holds the optimizer's state";
   const std::string count = " for " + std::to_string((395 + c.processes - 1) / c.processes) + " of the 395 trained values";
@@ -126,10 +130,11 @@ TEST_P(Shard, TheShardedRunEndsAtTheReplicatedRunsWeightsAndState) {
 
 INSTANTIATE_TEST_SUITE_P(Processes, Shard,
                          testing::Values(ShardCase{2, "optimizer", 2}, ShardCase{3, "optimizer", 2},
-                                         ShardCase{2, "gradients", 1}, ShardCase{3, "gradients", 1}),
+                                         ShardCase{2, "gradients", 1}, ShardCase{3, "gradients", 1},
+                                         ShardCase{2, "gradients", 1, "gloo"}),
                          [](const auto& info) {
                            return std::to_string(info.param.processes) + "Processes_" + info.param.mode +
-                                  "_accumulate" + std::to_string(info.param.accumulate);
+                                  "_accumulate" + std::to_string(info.param.accumulate) + "_" + info.param.intra_host;
                          });
 
 // Where a bit cannot be kept. Clipping by the global norm: the replicated
