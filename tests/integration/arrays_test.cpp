@@ -74,13 +74,12 @@ std::filesystem::path make_data(const TempDir& dir) { return make_data_with(dir,
 
 // A manifest whose [data] table holds `data_lines`; run dir `run_name`.
 std::filesystem::path manifest(const TempDir& dir, const std::string& run_name, const std::string& data_lines) {
-  const auto file = dir / (run_name + ".toml");
-  write_file(file, "[run]\nname = \"arrays\"\ndir = \"" + (dir / run_name).string() +
-                       "\"\nseed = 3\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 16\nhidden = [16]\n"
-                       "classes = 4\n\n[data]\npath = \"kiln_arrays\"\n" +
-                       data_lines + "\n[trainer]\nmax_epochs = 4\nbatch_size = 32\nprogress = \"none\"\n\n"
-                                    "[optimizer]\nname = \"adam\"\nlr = 0.01\n");
-  return file;
+  return write_run_manifest(dir, {.name = "arrays",
+                                  .run_dir = (dir / run_name).string(),
+                                  .model = mlp_keys(16, "[16]", 4),
+                                  .data = "path = \"kiln_arrays\"\n" + data_lines,
+                                  .trainer = trainer_keys(4, 32),
+                                  .file = run_name + ".toml"});
 }
 
 std::string q(const std::filesystem::path& p) { return "\"" + p.string() + "\""; }

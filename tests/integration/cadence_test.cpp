@@ -13,13 +13,11 @@ namespace kiln::test {
 namespace {
 
 std::filesystem::path manifest(const TempDir& dir, const std::string& trainer_lines, const std::string& checkpoint) {
-  const std::string text = "[run]\nname = \"cadence\"\ndir = \"" + (dir / "run").string() +
-                           "\"\nseed = 3\nthreads = 1\ndeterministic = true\n\n[model]\npath = \"kiln_mlp\"\n"
-                           "in_features = 32\nhidden = [32]\nclasses = 4\ndropout = 0.2\n\n[data]\npath = "
-                           "\"kiln_synthetic\"\nfeatures = 32\nclasses = 4\n\n[trainer]\nbatch_size = 32\nprogress = "
-                           "\"none\"\n" + trainer_lines + "\n\n[optimizer]\nname = \"adam\"\nlr = 0.01\n" + checkpoint;
-  write_file(dir / "run.toml", text);
-  return dir / "run.toml";
+  return write_run_manifest(dir, {.name = "cadence",
+                                  .run = "seed = 3\nthreads = 1\ndeterministic = true\n",
+                                  .model = mlp_keys(32, "[32]", 4) + "dropout = 0.2\n",
+                                  .trainer = "batch_size = 32\nprogress = \"none\"\n" + trainer_lines + "\n",
+                                  .extra = checkpoint});
 }
 
 int64_t last_step(const TempDir& dir) {

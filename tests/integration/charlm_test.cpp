@@ -18,15 +18,15 @@ std::filesystem::path charlm_manifest(const TempDir& dir) {
   std::string text;
   for (int i = 0; i < 400; ++i) text += "the cat sat on the mat. ";
   write_file(dir / "text.txt", text);
-  write_file(dir / "run.toml",
-             "[run]\nname = \"charlm\"\ndir = \"" + (dir / "run").string() +
-                 "\"\nseed = 1\nthreads = 1\n\n[model]\npath = \"kiln_charlm\"\nblock_size = 16\nn_layer = 1\n"
-                 "n_head = 2\nn_embd = 16\nmax_new_tokens = 40\n\n[data]\npath = \"kiln_token_stream\"\nfile = \"" +
-                 (dir / "text.txt").string() +
-                 "\"\nblock_size = 16\nval_fraction = 0.1\npredict_samples = 3\n\n[trainer]\nmax_epochs = 2\n"
-                 "batch_size = 16\nlimit_train_batches = 30\nprogress = \"none\"\n\n[optimizer]\nname = \"adamw\"\n"
-                 "lr = 0.01\n\n[checkpoint]\n");
-  return dir / "run.toml";
+  return write_run_manifest(
+      dir, {.name = "charlm",
+            .run = "seed = 1\nthreads = 1\n",
+            .model = "path = \"kiln_charlm\"\nblock_size = 16\nn_layer = 1\nn_head = 2\nn_embd = 16\nmax_new_tokens = 40\n",
+            .data = "path = \"kiln_token_stream\"\nfile = \"" + (dir / "text.txt").string() +
+                    "\"\nblock_size = 16\nval_fraction = 0.1\npredict_samples = 3\n",
+            .trainer = trainer_keys(2, 16, "limit_train_batches = 30\n"),
+            .optimizer = "name = \"adamw\"\nlr = 0.01\n",
+            .extra = "\n[checkpoint]\n"});
 }
 
 int rows_in(const std::string& text) {

@@ -25,14 +25,10 @@ constexpr auto kTimeout = std::chrono::seconds(300);
 // A deterministic run with dropout (so the host RNG matters) and checkpoints.
 std::filesystem::path ckpt_manifest(const TempDir& dir, const std::string& checkpoint_lines,
                                     const std::string& model_extra = "dropout = 0.2") {
-  const std::string text = "[run]\nname = \"ckpt\"\ndir = \"" + (dir / "run").string() +
-                           "\"\nseed = 3\nthreads = 1\ndeterministic = true\n\n[model]\npath = \"kiln_mlp\"\n"
-                           "in_features = 32\nhidden = [32]\nclasses = 4\n" + model_extra +
-                           "\n\n[data]\npath = \"kiln_synthetic\"\nfeatures = 32\nclasses = 4\n\n"
-                           "[trainer]\nmax_epochs = 3\nbatch_size = 32\nprogress = \"none\"\n\n"
-                           "[optimizer]\nname = \"adam\"\nlr = 0.01\n\n[checkpoint]\n" + checkpoint_lines + "\n";
-  write_file(dir / "run.toml", text);
-  return dir / "run.toml";
+  return write_run_manifest(dir, {.name = "ckpt",
+                                  .run = "seed = 3\nthreads = 1\ndeterministic = true\n",
+                                  .model = mlp_keys(32, "[32]", 4) + model_extra + "\n",
+                                  .extra = "\n[checkpoint]\n" + checkpoint_lines + "\n"});
 }
 
 std::filesystem::path ckpt_dir(const TempDir& dir) { return dir / "run" / "checkpoints"; }

@@ -24,11 +24,12 @@ TEST(Cli, HelpListsTheCommands) {
 // (which used to reset it as soon as the manifest was read).
 TEST(Cli, TheCommandLinesLogLevelWinsOverTheManifests) {
   TempDir dir;
-  write_file(dir / "run.toml", "[run]\ndir = \"" + (dir / "run").string() +
-                                   "\"\nlog_level = \"info\"\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\n"
-                                   "in_features = 8\nhidden = []\nclasses = 2\n\n[data]\npath = \"kiln_synthetic\"\n"
-                                   "train_size = 16\nval_size = 0\nfeatures = 8\nclasses = 2\n\n[trainer]\n"
-                                   "max_epochs = 1\nprogress = \"none\"\n");
+  write_run_manifest(dir, {.name = "",
+                           .run = "log_level = \"info\"\nthreads = 1\n",
+                           .model = mlp_keys(8, "[]", 2),
+                           .data = synthetic_keys(8, 2, "train_size = 16\nval_size = 0\n"),
+                           .trainer = "max_epochs = 1\nprogress = \"none\"\n",
+                           .optimizer = ""});
   const ProcessResult debug = kiln({"--log-level", "debug", "fit", (dir / "run.toml").string()});
   ASSERT_EQ(debug.exit_code, 0) << debug.output;
   EXPECT_NE(debug.output.find("start-up: plugins set up"), std::string::npos) << debug.output;

@@ -36,14 +36,15 @@ std::filesystem::path manifest(const TempDir& dir, const RunSetup& s) {
   const std::string data = s.data.empty() ? "path = \"kiln_synthetic\"\ntrain_size = 100\nval_size = 1001\n"
                                             "test_size = 0\nfeatures = 8\nclasses = 4\n"
                                           : s.data;
-  write_file(dir / "run.toml",
-             "[run]\nname = \"collect\"\ndir = \"" + (dir / "run").string() +
-                 "\"\nseed = 5\nthreads = 1\n\n[model]\npath = \"" + probe() +
-                 "\"\nid = \"kiln.test.collect_model\"\n" + s.model_extra + "\n[data]\n" + data +
-                 "\n[trainer]\nmax_epochs = 1\nbatch_size = 8\nprogress = \"none\"\n" + s.trainer_extra +
-                 "\n[optimizer]\nname = \"sgd\"\nlr = 0.05\n\n[[callbacks]]\npath = \"" + probe() +
-                 "\"\nid = \"kiln.test.collect_dump\"\ndir = \"" + (dir / "dump").string() + "\"\n" + s.extra_tables);
-  return dir / "run.toml";
+  return write_run_manifest(
+      dir, {.name = "collect",
+            .run = "seed = 5\nthreads = 1\n",
+            .model = "path = \"" + probe() + "\"\nid = \"kiln.test.collect_model\"\n" + s.model_extra + "\n",
+            .data = data,
+            .trainer = trainer_keys(1, 8, s.trainer_extra),
+            .optimizer = "name = \"sgd\"\nlr = 0.05\n",
+            .extra = "\n[[callbacks]]\npath = \"" + probe() + "\"\nid = \"kiln.test.collect_dump\"\ndir = \"" +
+                     (dir / "dump").string() + "\"\n" + s.extra_tables});
 }
 
 // The sample indices of a dump, in its order.

@@ -17,6 +17,7 @@
 
 #include <xxhash.h>
 
+#include "manifests.hpp"
 #include "support/run_process.hpp"
 
 namespace kiln::test {
@@ -100,35 +101,6 @@ inline double last_value(const std::vector<std::map<std::string, double>>& rows,
   for (auto it = rows.rbegin(); it != rows.rend(); ++it)
     if (auto c = it->find(column); c != it->end()) return c->second;
   return -1e300;
-}
-
-// A small run on the synthetic data module with the shipped MLP.
-inline std::filesystem::path synthetic_manifest(const TempDir& dir, const std::string& extra = "") {
-  const std::string text = "[run]\nname = \"synthetic\"\ndir = \"" + (dir / "run").string() +
-                           "\"\nseed = 3\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 32\n"
-                           "hidden = [32]\nclasses = 4\n\n[data]\npath = \"kiln_synthetic\"\nfeatures = 32\n"
-                           "classes = 4\n\n[trainer]\nmax_epochs = 3\nbatch_size = 32\nprogress = \"none\"\n\n"
-                           "[optimizer]\nname = \"adam\"\nlr = 0.01\n" +
-                           extra;
-  write_file(dir / "run.toml", text);
-  return dir / "run.toml";
-}
-
-// A run of the recorder plugins; `model`, `data`, `callback` and `extra` are
-// TOML lines added to those tables and to the end of the manifest.
-inline std::filesystem::path recorder_manifest(const TempDir& dir, const std::string& model, const std::string& data,
-                                        const std::string& callback, const std::string& extra) {
-  const std::string library = (test_plugin_dir() / "libkiln_test_recorder.so").string();
-  const std::string log = (dir / "calls.log").string();
-  auto table = [&](const std::string& header, const std::string& id, const std::string& lines) {
-    return header + "\npath = \"" + library + "\"\nid = \"" + id + "\"\nlog = \"" + log + "\"\n" + lines + "\n";
-  };
-  write_file(dir / "run.toml", "[run]\nname = \"dist\"\ndir = \"" + (dir / "run").string() +
-                                   "\"\nthreads = 1\nseed = 5\n\n" + table("[model]", "test.recorder_model", model) +
-                                   table("[data]", "test.recorder_data", data) +
-                                   table("[[callbacks]]", "test.recorder_callback", callback) +
-                                   "[trainer]\nprogress = \"none\"\n" + extra + "\n");
-  return dir / "run.toml";
 }
 
 // Processes whose command line mentions `marker` (the test's temp dir).

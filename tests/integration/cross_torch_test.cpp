@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "manifests.hpp"
 #include "support/run_process.hpp"
 
 namespace kiln::test {
@@ -25,10 +26,12 @@ bool built(const fs::path& build) {
 void expect_refused(const fs::path& host_build, const fs::path& plugin_build) {
   TempDir dir;
   const fs::path plugin = plugin_build / "lib" / "kiln" / "plugins" / "libkiln_mlp.so";
-  write_file(dir / "run.toml", "[run]\nname = \"cross\"\ndir = \"" + (dir / "run").string() +
-                                   "\"\n[model]\npath = \"" + plugin.string() +
-                                   "\"\n[data]\npath = \"kiln_synthetic\"\n[trainer]\nmax_epochs = 1\n"
-                                   "progress = \"none\"\n");
+  write_run_manifest(dir, {.name = "cross",
+                           .run = "",
+                           .model = "path = \"" + plugin.string() + "\"\n",
+                           .data = "path = \"kiln_synthetic\"\n",
+                           .trainer = "max_epochs = 1\nprogress = \"none\"\n",
+                           .optimizer = ""});
   const ProcessResult r = run_process({(host_build / "bin" / "kiln").string(), "fit", (dir / "run.toml").string()},
                                       {.timeout = std::chrono::seconds(60)});
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -69,13 +69,12 @@ std::filesystem::path make_data(const TempDir& dir) { return make_data_with(dir,
 
 std::filesystem::path manifest(const TempDir& dir, const std::string& run_name, const std::string& data_lines,
                                int features = 16) {
-  const auto file = dir / (run_name + ".toml");
-  write_file(file, "[run]\nname = \"csv\"\ndir = \"" + (dir / run_name).string() +
-                       "\"\nseed = 3\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = " +
-                       std::to_string(features) + "\nhidden = [16]\nclasses = 4\n\n[data]\n" + data_lines +
-                       "\n[trainer]\nmax_epochs = 4\nbatch_size = 32\nprogress = \"none\"\n\n"
-                       "[optimizer]\nname = \"adam\"\nlr = 0.01\n");
-  return file;
+  return write_run_manifest(dir, {.name = "csv",
+                                  .run_dir = (dir / run_name).string(),
+                                  .model = mlp_keys(features, "[16]", 4),
+                                  .data = data_lines,
+                                  .trainer = trainer_keys(4, 32),
+                                  .file = run_name + ".toml"});
 }
 
 std::string q(const std::filesystem::path& p) { return "\"" + p.string() + "\""; }

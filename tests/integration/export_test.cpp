@@ -81,12 +81,13 @@ TEST(Export, SafetensorsAndPtLoadIntoTorchNnAndPredictLikeKiln) {
   const ProcessResult data = run_process({check_python().string(), (dir / "make_data.py").string(), (dir / "data").string()});
   ASSERT_EQ(data.exit_code, 0) << data.output;
 
-  write_file(dir / "run.toml", "[run]\nname = \"export\"\ndir = \"" + (dir / "run").string() +
-                                   "\"\nseed = 1\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 784\n"
-                                   "hidden = [16]\nclasses = 10\n\n[data]\npath = \"kiln_fashion_mnist\"\nroot = \"" +
-                                   (dir / "data").string() +
-                                   "\"\nval_size = 0\n\n[trainer]\nmax_epochs = 1\nbatch_size = 32\nprogress = "
-                                   "\"none\"\n\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n\n[checkpoint]\n");
+  write_run_manifest(dir, {.name = "export",
+                           .run = "seed = 1\nthreads = 1\n",
+                           .model = mlp_keys(784, "[16]", 10),
+                           .data = "path = \"kiln_fashion_mnist\"\nroot = \"" + (dir / "data").string() + "\"\nval_size = 0\n",
+                           .trainer = trainer_keys(1, 32),
+                           .optimizer = "name = \"sgd\"\nlr = 0.1\n",
+                           .extra = "\n[checkpoint]\n"});
   const ProcessResult fit = kiln({"fit", (dir / "run.toml").string()}, {.timeout = kTimeout});
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   const auto ckpt = dir / "run" / "checkpoints" / "last.ckpt";

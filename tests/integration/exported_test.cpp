@@ -149,18 +149,27 @@ ProcessResult python(const TempDir& dir, const std::string& body, const std::vec
   return run_script(dir, "script.py", std::string(kModel) + body, args);
 }
 
+// [model]'s keys for the exported program `file` (under `dir`), then `more`.
+std::string exported_keys(const TempDir& dir, const std::string& file, const std::string& more = "") {
+  return "path = \"kiln_exported\"\nprogram = \"" + (dir / file).string() + "\"\n" + more;
+}
+
+// [trainer]'s keys that make a run's batches an eager loop's: in order, every
+// step logged, read on the training thread.
+const std::string kInOrder = "shuffle = false\nlog_every_n_steps = 1\ndata_workers = 0\n";
+
+const std::string kCsvAndJsonl = "\n[logging]\nloggers = [\"csv\", \"jsonl\"]\n";
+
 std::filesystem::path manifest(const TempDir& dir, const std::string& extra = "") {
-  write_file(dir / "run.toml", "[run]\nname = \"exported\"\ndir = \"" + (dir / "run").string() +
-                                   "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
-                                   (dir / "model.pt2").string() +
-                                   "\"\n\n[data]\npath = \"kiln_arrays\"\ntrain = \"" +
-                                   (dir / "train.safetensors").string() + "\"\ntest = \"" +
-                                   (dir / "test.safetensors").string() +
-                                   "\"\ninput = \"x\"\ntarget = \"y\"\n\n[trainer]\nmax_epochs = 2\nbatch_size = 16\n"
-                                   "shuffle = false\nlog_every_n_steps = 1\nprogress = \"none\"\ndata_workers = 0\n" +
-                                   extra + "\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n\n[checkpoint]\n\n"
-                                   "[logging]\nloggers = [\"csv\", \"jsonl\"]\n");
-  return dir / "run.toml";
+  return write_run_manifest(dir, {.name = "exported",
+                                  .run = "seed = 0\nthreads = 1\n",
+                                  .model = exported_keys(dir, "model.pt2"),
+                                  .data = "path = \"kiln_arrays\"\ntrain = \"" + (dir / "train.safetensors").string() +
+                                          "\"\ntest = \"" + (dir / "test.safetensors").string() +
+                                          "\"\ninput = \"x\"\ntarget = \"y\"\n",
+                                  .trainer = trainer_keys(2, 16, kInOrder + extra),
+                                  .optimizer = "name = \"sgd\"\nlr = 0.1\n",
+                                  .extra = "\n[checkpoint]\n" + kCsvAndJsonl});
 }
 
 std::vector<double> step_losses(const std::filesystem::path& jsonl) {
@@ -327,14 +336,14 @@ TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
   auto run_python = [&](const char* what) { return run_script(dir, "gpt.py", kGpt, {what}); };
   const ProcessResult exported = run_python("export");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  write_file(dir / "run.toml", "[run]\nname = \"gpt\"\ndir = \"" + (dir / "run").string() +
-                                   "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
-                                   (dir / "model.pt2").string() + "\"\n\n[data]\npath = \"kiln_token_stream\"\nfile = \"" +
-                                   (dir / "tokens.txt").string() +
-                                   "\"\nblock_size = 32\nval_fraction = 0.1\n\n[trainer]\nmax_epochs = 2\nbatch_size = 8\n"
-                                   "shuffle = false\nlimit_train_batches = 10\nlog_every_n_steps = 1\nprogress = \"none\"\n"
-                                   "data_workers = 0\n\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n\n"
-                                   "[logging]\nloggers = [\"csv\", \"jsonl\"]\n");
+  write_run_manifest(dir, {.name = "gpt",
+                           .run = "seed = 0\nthreads = 1\n",
+                           .model = exported_keys(dir, "model.pt2"),
+                           .data = "path = \"kiln_token_stream\"\nfile = \"" + (dir / "tokens.txt").string() +
+                                   "\"\nblock_size = 32\nval_fraction = 0.1\n",
+                           .trainer = trainer_keys(2, 8, kInOrder + "limit_train_batches = 10\n"),
+                           .optimizer = "name = \"sgd\"\nlr = 0.1\n",
+                           .extra = kCsvAndJsonl});
   const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   EXPECT_NE(fit.output.find("aten::scaled_dot_product_attention"), std::string::npos) << fit.output;
@@ -417,15 +426,16 @@ TEST(Exported, TorchvisionsResnet18TrainsAsEagerPyTorchOnAnImageFolder) {
   if (exported.output.find("No module named 'torchvision'") != std::string::npos)
     GTEST_SKIP() << "no torchvision beside the checking Python's torch (./go test --torch wheel installs it)";
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  write_file(dir / "run.toml",
-             "[run]\nname = \"resnet\"\ndir = \"" + (dir / "run").string() +
-                 "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
-                 (dir / "model.pt2").string() + "\"\n\n[data]\npath = \"kiln_image_folder\"\ntrain = \"" +
-                 (dir / "images" / "train").string() + "\"\ntest = \"" + (dir / "images" / "test").string() +
-                 "\"\ntransforms = [{ name = \"normalize\", mean = [0.5, 0.5, 0.5], std = [0.25, 0.25, 0.25] }]\n\n"
-                 "[trainer]\nmax_steps = 20\nmax_epochs = -1\nbatch_size = 8\nshuffle = false\nlog_every_n_steps = 1\n"
-                 "progress = \"none\"\ndata_workers = 0\n\n[optimizer]\nname = \"sgd\"\nlr = 0.05\n\n[checkpoint]\n\n"
-                 "[logging]\nloggers = [\"csv\", \"jsonl\"]\n");
+  write_run_manifest(
+      dir, {.name = "resnet",
+            .run = "seed = 0\nthreads = 1\n",
+            .model = exported_keys(dir, "model.pt2"),
+            .data = "path = \"kiln_image_folder\"\ntrain = \"" + (dir / "images" / "train").string() + "\"\ntest = \"" +
+                    (dir / "images" / "test").string() +
+                    "\"\ntransforms = [{ name = \"normalize\", mean = [0.5, 0.5, 0.5], std = [0.25, 0.25, 0.25] }]\n",
+            .trainer = trainer_keys(-1, 8, "max_steps = 20\n" + kInOrder),
+            .optimizer = "name = \"sgd\"\nlr = 0.05\n",
+            .extra = "\n[checkpoint]\n" + kCsvAndJsonl});
   const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   const ProcessResult eager = run_python("eager");
@@ -511,14 +521,14 @@ TEST(Exported, RegressionAndAProgramsOwnLossTrainAsEagerPyTorch) {
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
   for (const auto& [program, loss] : {std::pair{"values.pt2", "mse"}, std::pair{"loss.pt2", "output"}}) {
     SCOPED_TRACE(loss);
-    write_file(dir / "run.toml", "[run]\nname = \"regress\"\ndir = \"" + (dir / "run").string() +
-                                     "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
-                                     (dir / program).string() + "\"\nloss = \"" + loss +
-                                     "\"\n\n[data]\npath = \"kiln_arrays\"\ntrain = \"" +
-                                     (dir / "train.safetensors").string() +
-                                     "\"\ninput = \"x\"\ntarget = \"y\"\n\n[trainer]\nmax_epochs = 2\nbatch_size = 16\n"
-                                     "shuffle = false\nlog_every_n_steps = 1\nprogress = \"none\"\ndata_workers = 0\n\n"
-                                     "[optimizer]\nname = \"sgd\"\nlr = 0.05\n\n[logging]\nloggers = [\"jsonl\"]\n");
+    write_run_manifest(dir, {.name = "regress",
+                             .run = "seed = 0\nthreads = 1\n",
+                             .model = exported_keys(dir, program, "loss = \"" + std::string(loss) + "\"\n"),
+                             .data = "path = \"kiln_arrays\"\ntrain = \"" + (dir / "train.safetensors").string() +
+                                     "\"\ninput = \"x\"\ntarget = \"y\"\n",
+                             .trainer = trainer_keys(2, 16, kInOrder),
+                             .optimizer = "name = \"sgd\"\nlr = 0.05\n",
+                             .extra = "\n[logging]\nloggers = [\"jsonl\"]\n"});
     std::filesystem::remove_all(dir / "run");
     const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
     ASSERT_EQ(fit.exit_code, 0) << fit.output;
@@ -565,13 +575,14 @@ TEST(Exported, DropoutDropsItsRateInTrainingAndNothingInValidation) {
   TempDir dir;
   const ProcessResult exported = run_script(dir, "dropout.py", kDropoutRate, {});
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  write_file(dir / "run.toml", "[run]\nname = \"dropout\"\ndir = \"" + (dir / "run").string() +
-                                   "\"\nseed = 0\nthreads = 1\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" +
-                                   (dir / "dropout.pt2").string() + "\"\nloss = \"output\"\n\n[data]\npath = "
-                                   "\"kiln_arrays\"\ntrain = \"" + (dir / "ones.safetensors").string() +
-                                   "\"\nval_fraction = 0.2\ninput = \"x\"\ntarget = \"y\"\n\n[trainer]\nmax_steps = 20\n"
-                                   "max_epochs = -1\nbatch_size = 16\nlog_every_n_steps = 1\nprogress = \"none\"\n\n"
-                                   "[optimizer]\nname = \"sgd\"\nlr = 0.1\n\n[logging]\nloggers = [\"csv\", \"jsonl\"]\n");
+  write_run_manifest(dir, {.name = "dropout",
+                           .run = "seed = 0\nthreads = 1\n",
+                           .model = exported_keys(dir, "dropout.pt2", "loss = \"output\"\n"),
+                           .data = "path = \"kiln_arrays\"\ntrain = \"" + (dir / "ones.safetensors").string() +
+                                   "\"\nval_fraction = 0.2\ninput = \"x\"\ntarget = \"y\"\n",
+                           .trainer = trainer_keys(-1, 16, "max_steps = 20\nlog_every_n_steps = 1\n"),
+                           .optimizer = "name = \"sgd\"\nlr = 0.1\n",
+                           .extra = kCsvAndJsonl});
   const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   const std::vector<double> shares = step_losses(dir / "run" / "metrics.jsonl");

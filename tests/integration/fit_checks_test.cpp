@@ -139,12 +139,13 @@ TEST(OverfitBatches, TrainsAndValidatesOnTheSameFirstBatchesInOrder) {
   for (const std::string& setting : {"3", "0.1"}) {  // 240 samples in batches of 8: 30 batches, a tenth is 3
     TempDir dir;
     const std::string probe = (test_plugin_dir() / "libkiln_test_index_probe.so").string();
-    write_file(dir / "run.toml", "[run]\ndir = \"" + (dir / "run").string() +
-                                     "\"\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 8\nhidden = [8]\n"
-                                     "classes = 2\n\n[data]\npath = \"" + probe + "\"\nrecord = \"" +
-                                     (dir / "indices.txt").string() +
-                                     "\"\ntrain_size = 240\nval_size = 40\n\n[trainer]\nmax_epochs = 2\nbatch_size = 8\n"
-                                     "progress = \"none\"\noverfit_batches = " + setting + "\n");
+    write_run_manifest(dir, {.name = "",
+                             .run = "threads = 1\n",
+                             .model = mlp_keys(8, "[8]", 2),
+                             .data = "path = \"" + probe + "\"\nrecord = \"" + (dir / "indices.txt").string() +
+                                     "\"\ntrain_size = 240\nval_size = 40\n",
+                             .trainer = trainer_keys(2, 8, "overfit_batches = " + setting + "\n"),
+                             .optimizer = ""});
     const ProcessResult r = kiln_fit(dir / "run.toml");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::map<std::string, int> seen;

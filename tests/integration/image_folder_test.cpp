@@ -160,18 +160,19 @@ TEST(ImageFolder, AugmentedBatchesAreTheSameWithAnyWorkersOrProcessesAndAfterARe
   TempDir data;
   make_own_data(data);
   const auto manifest = [&](const TempDir& dir) {
-    write_file(dir / "run.toml",
-               "[run]\ndir = \"" + (dir / "run").string() + "\"\nseed = 5\nthreads = 1\n\n[model]\npath = \"" +
-                   (test_plugin_dir() / "libkiln_test_collect_probe.so").string() +
-                   "\"\nid = \"kiln.test.input_hash\"\n\n[data]\npath = \"kiln_image_folder\"\ntrain = \"" +
-                   (data / "data" / "images" / "test").string() +
-                   "\"\ntransforms = [{ name = \"random_resized_crop\", size = 16 }, { name = \"horizontal_flip\" },"
-                   " { name = \"normalize\", mean = [0.5, 0.5, 0.5], std = [0.2, 0.2, 0.2] }]\n"
-                   "eval_transforms = [{ name = \"center_crop\", size = 16 }]\n\n[[callbacks]]\npath = \"" +
-                   (test_plugin_dir() / "libkiln_test_collect_probe.so").string() +
-                   "\"\nid = \"kiln.test.collect_dump\"\ndir = \"" + dir.path().string() +
-                   "\"\n\n[trainer]\nmax_epochs = 2\nbatch_size = 8\nprogress = \"none\"\n\n[checkpoint]\nevery_n_steps = 1\n");
-    return dir / "run.toml";
+    const std::string probe = (test_plugin_dir() / "libkiln_test_collect_probe.so").string();
+    return write_run_manifest(
+        dir, {.name = "",
+              .run = "seed = 5\nthreads = 1\n",
+              .model = "path = \"" + probe + "\"\nid = \"kiln.test.input_hash\"\n",
+              .data = "path = \"kiln_image_folder\"\ntrain = \"" + (data / "data" / "images" / "test").string() +
+                      "\"\ntransforms = [{ name = \"random_resized_crop\", size = 16 }, { name = \"horizontal_flip\" },"
+                      " { name = \"normalize\", mean = [0.5, 0.5, 0.5], std = [0.2, 0.2, 0.2] }]\n"
+                      "eval_transforms = [{ name = \"center_crop\", size = 16 }]\n",
+              .trainer = trainer_keys(2, 8),
+              .optimizer = "",
+              .extra = "\n[[callbacks]]\npath = \"" + probe + "\"\nid = \"kiln.test.collect_dump\"\ndir = \"" +
+                       dir.path().string() + "\"\n\n[checkpoint]\nevery_n_steps = 1\n"});
   };
   const auto dumps = [](const TempDir& dir) { return read_file(dir / "train-0.txt") + read_file(dir / "train-1.txt"); };
   TempDir one;
@@ -306,10 +307,12 @@ TEST_P(ImageFolderRefuse, EachBadFolderOrTransformWithOneLineExit2AndNothingWrit
   TempDir dir;
   make_own_data(dir);
   if (c.prepare) c.prepare(dir / "data" / "images");
-  write_file(dir / "run.toml", "[run]\ndir = \"" + (dir / "run").string() +
-                                   "\"\n\n[model]\npath = \"kiln_cnn\"\nin_channels = 3\nimage_size = 32\nclasses = 3\n\n"
-                                   "[data]\npath = \"kiln_image_folder\"\n" + c.data +
-                                   "\n[trainer]\nmax_epochs = 1\nprogress = \"none\"\n");
+  write_run_manifest(dir, {.name = "",
+                           .run = "",
+                           .model = "path = \"kiln_cnn\"\nin_channels = 3\nimage_size = 32\nclasses = 3\n",
+                           .data = "path = \"kiln_image_folder\"\n" + c.data,
+                           .trainer = "max_epochs = 1\nprogress = \"none\"\n",
+                           .optimizer = ""});
   const auto before = snapshot(dir.path());
   const ProcessResult r = kiln_in(dir / "data", {"fit", (dir / "run.toml").string()});
   EXPECT_EQ(r.exit_code, 2) << r.output;

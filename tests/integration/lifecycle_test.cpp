@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "manifests.hpp"
 #include "support/run_process.hpp"
 
 namespace kiln::test {
@@ -28,18 +29,18 @@ std::string toml_list(const std::vector<std::string>& items) {
 std::filesystem::path write_manifest(const TempDir& dir, const std::map<std::string, std::vector<std::string>>& fail) {
   const std::string library = (test_plugin_dir() / "libkiln_test_recorder.so").string();
   const std::string log = (dir / "calls.log").string();
-  auto plugin = [&](const std::string& table, const std::string& label, const std::string& extra) {
+  auto plugin = [&](const std::string& label, const std::string& extra) {
     auto it = fail.find(label);
-    return table + "\npath = \"" + library + "\"\nid = \"" + id_of(label) + "\"\nlog = \"" + log + "\"\nfail_at = " +
+    return "path = \"" + library + "\"\nid = \"" + id_of(label) + "\"\nlog = \"" + log + "\"\nfail_at = " +
            toml_list(it == fail.end() ? std::vector<std::string>{} : it->second) + "\n" + extra + "\n";
   };
-  const std::string text = "[run]\nname = \"lifecycle\"\ndir = \"" + (dir / "run").string() +
-                           "\"\nthreads = 1\n\n" + plugin("[model]", "model", "features = 4") +
-                           plugin("[data]", "data", "size = 16\nfeatures = 4") + plugin("[[callbacks]]", "callback", "") +
-                           "[trainer]\nmax_epochs = 1\nbatch_size = 4\ntest_after_fit = true\nprogress = \"none\"\n";
-  const auto file = dir / "run.toml";
-  write_file(file, text);
-  return file;
+  return write_run_manifest(dir, {.name = "lifecycle",
+                                  .run = "threads = 1\n",
+                                  .model = plugin("model", "features = 4"),
+                                  .data = plugin("data", "size = 16\nfeatures = 4"),
+                                  .trainer = trainer_keys(1, 4, "test_after_fit = true\n"),
+                                  .optimizer = "",
+                                  .extra = "\n[[callbacks]]\n" + plugin("callback", "")});
 }
 
 // The lifecycle lines of the call log (per-step hooks are left out).

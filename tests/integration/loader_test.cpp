@@ -2,6 +2,7 @@
 // 2, and nothing written to disk (the run directory is never created).
 #include <gtest/gtest.h>
 
+#include "manifests.hpp"
 #include "support/run_process.hpp"
 
 namespace kiln::test {
@@ -12,12 +13,15 @@ std::string stub(const std::string& name) { return (test_plugin_dir() / ("libkil
 // A valid run whose first callback is `callback_path`; extra TOML appended.
 std::filesystem::path manifest_with(const TempDir& dir, const std::string& model_path,
                                     const std::vector<std::string>& callbacks) {
-  std::string text = "[run]\nname = \"loader\"\ndir = \"" + (dir / "run").string() + "\"\n[model]\npath = \"" +
-                     model_path + "\"\n[data]\npath = \"kiln_synthetic\"\n";
-  for (const auto& c : callbacks) text += "[[callbacks]]\npath = \"" + c + "\"\n";
-  text += "[trainer]\nmax_epochs = 1\nprogress = \"none\"\n";
-  write_file(dir / "run.toml", text);
-  return dir / "run.toml";
+  std::string tables;
+  for (const auto& c : callbacks) tables += "[[callbacks]]\npath = \"" + c + "\"\n";
+  return write_run_manifest(dir, {.name = "loader",
+                                  .run = "",
+                                  .model = "path = \"" + model_path + "\"\n",
+                                  .data = "path = \"kiln_synthetic\"\n",
+                                  .trainer = "max_epochs = 1\nprogress = \"none\"\n",
+                                  .optimizer = "",
+                                  .extra = tables});
 }
 
 struct Refusal {

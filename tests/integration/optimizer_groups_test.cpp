@@ -20,14 +20,13 @@ namespace {
 // and any [[optimizer.groups]] after it.
 std::filesystem::path groups_manifest(const TempDir& dir, const std::string& optimizer,
                                       const std::string& checkpoint = "every_n_epochs = 1") {
-  const std::string text = "[run]\nname = \"groups\"\ndir = \"" + (dir / "run").string() +
-                           "\"\nseed = 3\nthreads = 1\ndeterministic = true\n\n[model]\npath = \"kiln_mlp\"\n"
-                           "in_features = 32\nhidden = [32]\nclasses = 4\ndropout = 0.2\n\n[data]\npath = "
-                           "\"kiln_synthetic\"\nfeatures = 32\nclasses = 4\n\n[trainer]\nmax_epochs = 2\n"
-                           "batch_size = 32\nprogress = \"none\"\n\n[scheduler]\nname = \"cosine\"\ninterval = "
-                           "\"step\"\nt_max = 64\n\n[checkpoint]\n" + checkpoint + "\n\n[optimizer]\n" + optimizer + "\n";
-  write_file(dir / "run.toml", text);
-  return dir / "run.toml";
+  return write_run_manifest(
+      dir, {.name = "groups",
+            .run = "seed = 3\nthreads = 1\ndeterministic = true\n",
+            .model = mlp_keys(32, "[32]", 4) + "dropout = 0.2\n",
+            .trainer = trainer_keys(2, 32),
+            .optimizer = optimizer + "\n",
+            .extra = "\n[scheduler]\nname = \"cosine\"\ninterval = \"step\"\nt_max = 64\n\n[checkpoint]\n" + checkpoint + "\n"});
 }
 
 std::filesystem::path last_checkpoint(const TempDir& dir) { return dir / "run" / "checkpoints" / "last.ckpt"; }

@@ -22,14 +22,14 @@ constexpr int64_t kSamples = 240;  // divides by 1, 2, 3, 4 and by 8 x those: no
 std::filesystem::path probe_manifest(const TempDir& dir, const std::string& trainer_extra = "",
                                      int64_t samples = kSamples) {
   const std::string probe = (test_plugin_dir() / "libkiln_test_index_probe.so").string();
-  write_file(dir / "run.toml",
-             "[run]\nname = \"probe\"\ndir = \"" + (dir / "run").string() +
-                 "\"\nseed = 11\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 8\nhidden = [16]\n"
-                 "classes = 2\n\n[data]\npath = \"" + probe + "\"\nrecord = \"" + (dir / "indices.txt").string() +
-                 "\"\ntrain_size = " + std::to_string(samples) +
-                 "\n\n[trainer]\nmax_epochs = 1\nbatch_size = 8\nprogress = \"none\"\ndata_workers = 0\n" +
-                 trainer_extra + "\n[optimizer]\nname = \"sgd\"\nlr = 0.05\n\n[checkpoint]\nevery_n_steps = 1\n");
-  return dir / "run.toml";
+  return write_run_manifest(dir, {.name = "probe",
+                                  .run = "seed = 11\nthreads = 1\n",
+                                  .model = mlp_keys(8, "[16]", 2),
+                                  .data = "path = \"" + probe + "\"\nrecord = \"" + (dir / "indices.txt").string() +
+                                          "\"\ntrain_size = " + std::to_string(samples) + "\n",
+                                  .trainer = trainer_keys(1, 8, "data_workers = 0\n" + trainer_extra),
+                                  .optimizer = "name = \"sgd\"\nlr = 0.05\n",
+                                  .extra = "\n[checkpoint]\nevery_n_steps = 1\n"});
 }
 
 // How often each sample index was trained, from the probe's record.

@@ -35,21 +35,17 @@ constexpr int64_t kEpochs = 2;
 // patience 1000) unless a case lowers its patience.
 void write_manifest(const std::filesystem::path& dir, int processes) {
   const std::string recorder = (test_plugin_dir() / "libkiln_test_recorder.so").string();
-  write_file(dir / "run.toml",
-             "[run]\nname = \"stops\"\ndir = \"run\"\nseed = 7\nthreads = 1\n\n"
-             "[model]\npath = \"kiln_mlp\"\nin_features = 16\nhidden = [16]\nclasses = 3\n\n"
-             "[data]\npath = \"kiln_synthetic\"\nfeatures = 16\nclasses = 3\ntrain_size = " +
-                 std::to_string(kStepsPerEpoch * 8 * processes) +
-                 "\nval_size = 48\ntest_size = 0\n\n"
-                 "[[callbacks]]\npath = \"" + recorder + "\"\nid = \"test.recorder_callback\"\n\n"
-                 "[[callbacks]]\npath = \"kiln_early_stopping\"\nmonitor = \"val/loss\"\nmode = \"max\"\n"
-                 "patience = 1000\n\n"
-                 "[trainer]\nmax_epochs = " + std::to_string(kEpochs) +
-                 "\nbatch_size = 8\nval_check_interval = 0.25\nlog_every_n_steps = 4\nprogress = \"none\"\n"
-                 "data_workers = 0\n\n"
-                 "[optimizer]\nname = \"adam\"\nlr = 0.01\n\n"
-                 "[checkpoint]\n\n"
-                 "[logging]\nloggers = [\"csv\", \"jsonl\", \"tensorboard\"]\n");
+  write_run_manifest(
+      dir, {.name = "stops",
+            .run_dir = "run",
+            .run = "seed = 7\nthreads = 1\n",
+            .model = mlp_keys(16, "[16]", 3),
+            .data = synthetic_keys(16, 3, "train_size = " + std::to_string(kStepsPerEpoch * 8 * processes) +
+                                              "\nval_size = 48\ntest_size = 0\n"),
+            .trainer = trainer_keys(kEpochs, 8, "val_check_interval = 0.25\nlog_every_n_steps = 4\ndata_workers = 0\n"),
+            .extra = "\n[[callbacks]]\npath = \"" + recorder + "\"\nid = \"test.recorder_callback\"\n\n"
+                     "[[callbacks]]\npath = \"kiln_early_stopping\"\nmonitor = \"val/loss\"\nmode = \"max\"\n"
+                     "patience = 1000\n\n[checkpoint]\n\n[logging]\nloggers = [\"csv\", \"jsonl\", \"tensorboard\"]\n"});
 }
 
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {

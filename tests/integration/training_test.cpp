@@ -36,13 +36,15 @@ TEST(Training, FashionMnistBatchesArePyTorchsArithmeticToTheBit) {
                  " thread(s), batches of " + std::to_string(c.rows));
     TempDir dir;
     const std::string recorder = (test_plugin_dir() / "libkiln_test_recorder.so").string();
-    write_file(dir / "run.toml",
-               "[run]\ndir = \"" + (dir / "run").string() + "\"\nthreads = " + std::to_string(c.threads) +
-                   "\n\n[model]\npath = \"" + recorder + "\"\nid = \"test.recorder_model\"\nlog = \"" +
-                   (dir / "calls.log").string() + "\"\nfeatures = 784\nclasses = 10\ndump_inputs = \"" +
-                   (dir / "inputs").string() + "\"\n\n[data]\npath = \"kiln_fashion_mnist\"\nval_size = 0\nnormalize = " +
-                   (c.normalize ? "true" : "false") + "\n\n[trainer]\nmax_epochs = 1\nmax_steps = 3\nbatch_size = " +
-                   std::to_string(c.rows) + "\nshuffle = false\nnum_sanity_val_steps = 0\nprogress = \"none\"\n");
+    write_run_manifest(dir, {.name = "",
+                             .run = "threads = " + std::to_string(c.threads) + "\n",
+                             .model = "path = \"" + recorder + "\"\nid = \"test.recorder_model\"\nlog = \"" +
+                                      (dir / "calls.log").string() + "\"\nfeatures = 784\nclasses = 10\ndump_inputs = \"" +
+                                      (dir / "inputs").string() + "\"\n",
+                             .data = std::string("path = \"kiln_fashion_mnist\"\nval_size = 0\nnormalize = ") +
+                                     (c.normalize ? "true" : "false") + "\n",
+                             .trainer = trainer_keys(1, c.rows, "max_steps = 3\nshuffle = false\nnum_sanity_val_steps = 0\n"),
+                             .optimizer = ""});
     const ProcessResult r = kiln_fit(dir / "run.toml");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     write_file(dir / "check.py", R"(import gzip, sys, torch
