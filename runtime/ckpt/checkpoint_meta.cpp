@@ -32,6 +32,8 @@ CheckpointMeta parse_meta(const std::filesystem::path& path, std::string_view te
     else if (key == "monitor") meta.monitor = std::string(value);
     else if (key == "monitored" && !value.empty()) meta.monitored = std::strtod(std::string(value).c_str(), nullptr);
     else if (key == "kiln") meta.kiln_version = std::string(value);
+    else if (key == "rank_files") meta.rank_files.prefix = std::string(value);
+    else if (key == "rank_files_world") meta.rank_files.world = parse_count_in(path, "the rank files' count in its metadata", value);
   }
   return meta;
 }
@@ -43,7 +45,7 @@ int64_t parse_count(const CheckpointFile& file, const std::string& what, std::st
 }
 
 std::string meta_text(const TrainPosition& position, const std::string& monitor, std::optional<double> monitored,
-                      const SavedBy& saved_by) {
+                      const SavedBy& saved_by, const RankFilesTag& rank_files) {
   char value[64] = "";
   if (monitored) std::snprintf(value, sizeof value, "%a", *monitored);
   SectionFieldsWriter out;
@@ -54,13 +56,15 @@ std::string meta_text(const TrainPosition& position, const std::string& monitor,
   if (position.next_sample >= 0) out.add("next_sample", position.next_sample);
   if (saved_by.world_size > 0) out.add("world_size", saved_by.world_size);
   if (saved_by.batch_size > 0) out.add("batch_size", saved_by.batch_size);
+  if (!rank_files.prefix.empty()) out.add("rank_files", rank_files.prefix).add("rank_files_world", rank_files.world);
   return out.text();
 }
 
 CheckpointMeta read_meta(const CheckpointFile& file) { return parse_meta(file.path(), file.section("meta")); }
 
 void MetaPart::save(CheckpointSnapshot& snapshot) const {
-  snapshot.add("meta", meta_text(f_.position, f_.monitor, f_.monitored, f_.saved_by));
+  snapshot.add("meta", meta_text(f_.position, f_.monitor, f_.monitored, f_.saved_by,
+                                 f_.rank_files ? *f_.rank_files : RankFilesTag{}));
   snapshot.add("manifest", f_.manifest_text);
 }
 

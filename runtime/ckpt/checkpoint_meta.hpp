@@ -34,17 +34,25 @@ struct SavedBy {
   int64_t batch_size = 0;
 };
 
+// The files each rank wrote beside this one (ckpt/rank_files.hpp): their
+// common prefix and how many. Empty: none.
+struct RankFilesTag {
+  std::string prefix;
+  int64_t world = 0;
+};
+
 struct CheckpointMeta {
   TrainPosition position;
   SavedBy saved_by;
   std::string monitor;
   std::optional<double> monitored;
   std::string kiln_version;
+  RankFilesTag rank_files;
 };
 
 // The "meta" section's text.
 std::string meta_text(const TrainPosition& position, const std::string& monitor, std::optional<double> monitored,
-                      const SavedBy& saved_by = {});
+                      const SavedBy& saved_by = {}, const RankFilesTag& rank_files = {});
 CheckpointMeta read_meta(const CheckpointFile& file);
 // The same, from a directory listing's read of the file (no checksum check).
 CheckpointMeta read_meta(const CheckpointHead& head);
@@ -60,6 +68,7 @@ class MetaPart : public Stateful {
     const std::string& monitor;
     std::optional<double>& monitored;
     const std::string& manifest_text;
+    const RankFilesTag* rank_files = nullptr;  // the commit's (Checkpointer::rank_files_tag)
   };
   explicit MetaPart(Fields fields) : f_(fields) {}
   void save(CheckpointSnapshot& snapshot) const override;

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ckpt/checkpoint_dir.hpp"
+#include "ckpt/rank_files.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {
@@ -41,6 +42,9 @@ RetentionPolicy Checkpointer::policy() const {
 void Checkpointer::open() {
   if (rank_ != 0) return;
   directory_.open();
+  if (const int removed = remove_unnamed_rank_files(config_.dir))
+    spdlog::warn("removed {} rank file(s) in {} that no checkpoint names (left by an interrupted commit)", removed,
+                 rank_files_dir(config_.dir).string());
 }
 
 std::filesystem::path Checkpointer::file_for(const TrainPosition& position) const {
@@ -49,7 +53,14 @@ std::filesystem::path Checkpointer::file_for(const TrainPosition& position) cons
 }
 
 void Checkpointer::write(const std::filesystem::path& file, const TrainPosition& position,
-                         std::optional<double> monitored, const CheckpointSnapshot& snapshot) {
+                         std::optional<double> monitored, const CheckpointSnapshot& snapshot,
+                         const CheckpointSnapshot* mine) {
+  if (mine) {
+    // Every rank's file is durable before the checkpoint that names them is.
+    write_rank_file(rank_file_path(config_.dir, rank_files_tag_.prefix, rank_, rank_files_->world), *mine);
+    await_rank_files(config_.dir, rank_files_tag_.prefix, rank_files_->world, rank_files_->timeout);
+    fault_point("ckpt:before_index");
+  }
   commit_checkpoint(file, snapshot);
   if (config_.save_top_k != 0) {
     directory_.add_ranked(CheckpointInfo{file, position.epoch, position.global_step, monitored, false});
@@ -57,49 +68,84 @@ void Checkpointer::write(const std::filesystem::path& file, const TrainPosition&
   }
   // Older checkpoints go only now, after the new one is durable.
   directory_.prune(policy());
+  if (mine) remove_unnamed_rank_files(config_.dir);
   spdlog::info("checkpoint committed: {}", file.string());
+}
+
+void Checkpointer::write_rank_file(const std::filesystem::path& file, const CheckpointSnapshot& snapshot) {
+  try {
+    std::filesystem::create_directories(file.parent_path());
+    fault_point(("ckpt:rank" + std::to_string(rank_) + ":before_rank_file").c_str());
+    commit_checkpoint(file, snapshot);
+  } catch (const std::exception& e) {
+    report_rank_file_failure(file, e.what());
+    throw;
+  }
 }
 
 void Checkpointer::agree(const std::string& error) {
   if (all_succeeded_(error.empty())) return;
-  // The cause is rank 0's; the other ranks only learn that it failed.
-  if (rank_ != 0) throw PeerFailure("rank 0 failed to commit a checkpoint (its report names the cause)");
-  throw std::runtime_error("checkpoint not committed: " + error);
+  if (!error.empty()) throw std::runtime_error("checkpoint not committed: " + error);
+  // The cause is another rank's (its report names it).
+  if (rank_ != 0 || rank_files_)
+    throw PeerFailure(std::string(rank_files_ ? "another rank" : "rank 0") +
+                      " failed to commit a checkpoint (its report names the cause)");
+  throw std::runtime_error("checkpoint not committed: another rank failed to write its part");
 }
 
-std::filesystem::path Checkpointer::commit(const TrainPosition& position,
-                                           const Prepare& prepare) {
+std::filesystem::path Checkpointer::commit(const TrainPosition& position, const Prepare& prepare) {
   const std::filesystem::path file = file_for(position);
   const auto started = std::chrono::steady_clock::now();
-  for (const auto& gather : gathers_) gather();
-  size_t snapshot_bytes = 0;
-  auto previous_done = started, snapshot_done = started;
+  const bool writes = rank_ == 0 || rank_files_.has_value();
   std::string error;
-  if (rank_ == 0) {
-    // The one in flight first: its failure is this commit's (nothing newer
-    // is written over a failing disk), and at most one is ever in flight.
+  // The one in flight first: its failure is this commit's (nothing newer is
+  // written over a failing disk), and at most one is ever in flight. With
+  // rank files this comes before the collectives below, so that no rank
+  // writes its next file while rank 0 may still be removing unnamed ones.
+  if (writes) {
     if (auto failed = background_.wait()) error = *failed;
     if (error.empty()) error = std::exchange(background_error_, {});
-    previous_done = std::chrono::steady_clock::now();
-    if (error.empty()) {
-      try {
-        const std::optional<double> monitored = prepare(position);
-        // Asynchronous: the buffers stay for the next snapshot (docs/checkpoints.md, "Memory").
-        auto snapshot =
+  }
+  const auto previous_done = std::chrono::steady_clock::now();
+  for (const auto& gather : gathers_) gather();
+  if (rank_files_) rank_files_tag_ = RankFilesTag{rank_files_prefix(file, rank_files_->agree_nonce()), rank_files_->world};
+  size_t snapshot_bytes = 0;
+  auto snapshot_done = previous_done;
+  if (writes && error.empty()) {
+    try {
+      // Asynchronous: the buffers stay for the next snapshot (docs/checkpoints.md, "Memory").
+      std::shared_ptr<const CheckpointSnapshot> snapshot, mine;
+      std::optional<double> monitored;
+      if (rank_ == 0) {
+        monitored = prepare(position);
+        snapshot =
             std::make_shared<const CheckpointSnapshot>(parts_.snapshot(config_.async ? &snapshot_buffers_ : nullptr));
-        snapshot_bytes = snapshot->bytes();
-        snapshot_done = std::chrono::steady_clock::now();
-        if (config_.async) {
-          background_.start([this, file, position, monitored, snapshot] {
-            run_on_idle_cpu_only();
-            write(file, position, monitored, *snapshot);
-          });
-        } else {
-          write(file, position, monitored, *snapshot);
-        }
-      } catch (const std::exception& e) {
-        error = e.what();
+        snapshot_bytes += snapshot->bytes();
       }
+      if (rank_files_) {
+        mine = std::make_shared<const CheckpointSnapshot>(
+            rank_parts_.snapshot(config_.async ? &rank_snapshot_buffers_ : nullptr));
+        snapshot_bytes += mine->bytes();
+      }
+      snapshot_done = std::chrono::steady_clock::now();
+      const std::filesystem::path own =
+          rank_files_ ? rank_file_path(config_.dir, rank_files_tag_.prefix, rank_, rank_files_->world) : file;
+      auto work = [this, file, own, position, monitored, snapshot, mine] {
+        if (rank_ == 0)
+          write(file, position, monitored, *snapshot, mine.get());
+        else
+          write_rank_file(own, *mine);
+      };
+      if (config_.async) {
+        background_.start([work] {
+          run_on_idle_cpu_only();
+          work();
+        });
+      } else {
+        work();
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
     }
   }
   agree(error);
@@ -117,7 +163,7 @@ std::filesystem::path Checkpointer::commit(const TrainPosition& position,
 void Checkpointer::finish() {
   if (!config_.async) return;
   std::string error;
-  if (rank_ == 0) {
+  if (rank_ == 0 || rank_files_) {
     if (auto failed = background_.wait()) error = *failed;
     if (error.empty()) error = std::exchange(background_error_, {});
   }
@@ -125,14 +171,16 @@ void Checkpointer::finish() {
 }
 
 bool Checkpointer::background_failed() {
-  if (rank_ != 0) return false;
+  if (rank_ != 0 && !rank_files_) return false;
   if (auto failed = background_.poll()) background_error_ = *failed;
   return !background_error_.empty();
 }
 
 void Checkpointer::raise_background_failure() {
-  if (rank_ != 0) throw PeerFailure("rank 0 failed to commit a checkpoint (its report names the cause)");
-  throw std::runtime_error("checkpoint not committed: " + std::exchange(background_error_, {}));
+  if (!background_error_.empty())
+    throw std::runtime_error("checkpoint not committed: " + std::exchange(background_error_, {}));
+  throw PeerFailure(std::string(rank_files_ ? "another rank" : "rank 0") +
+                    " failed to commit a checkpoint (its report names the cause)");
 }
 
 void Checkpointer::restore(const std::filesystem::path& file) const { parts_.restore(CheckpointFile::read(file)); }

@@ -8,9 +8,12 @@
 // takes the snapshot on rank 0 and returns while a background thread writes
 // it with the same protocol; at most one is in flight. Its outcome reaches
 // every rank at the next commit (which waits for it first), at finish(), or
-// at a step's vote (background_failed / raise_background_failure).
+// at a step's vote (background_failed / raise_background_failure). With rank
+// files, every rank writes its own in the background the same way.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -67,6 +70,21 @@ class Checkpointer {
   // On every rank, once a vote said some rank's background commit failed.
   [[noreturn]] void raise_background_failure();
 
+  // Every rank writes a file of its own beside each checkpoint
+  // (ckpt/rank_files.hpp) from the parts registered in rank_parts(): called
+  // on every rank, with the world size, how long rank 0 waits for the
+  // others' files, and a collective that returns a number rank 0 chose,
+  // the same on every rank (the commit's nonce).
+  struct RankFilesSetup {
+    int world = 1;
+    std::chrono::milliseconds timeout{0};
+    std::function<uint64_t()> agree_nonce;
+  };
+  void write_rank_files(RankFilesSetup setup) { rank_files_ = std::move(setup); }
+  CheckpointParts& rank_parts() { return rank_parts_; }
+  // What the next checkpoint's meta says of its rank files (MetaPart).
+  const RankFilesTag& rank_files_tag() const { return rank_files_tag_; }
+
   // Restores `file` into the registered parts (after every part checked
   // that it fits). Throws CheckpointError naming the file and the first
   // mismatch.
@@ -79,20 +97,27 @@ class Checkpointer {
   std::filesystem::path file_for(const TrainPosition& position) const;
   // Rank 0's part of a commit: writes the snapshot (and the last link), then
   // prunes. On the commit thread when asynchronous.
+  // `mine`: rank 0's rank file, written first; then it waits for the others'.
   void write(const std::filesystem::path& file, const TrainPosition& position, std::optional<double> monitored,
-             const CheckpointSnapshot& snapshot);
-  // Every rank learns whether rank 0's part (`error`, "" if none) succeeded;
-  // throws on every rank if not.
+             const CheckpointSnapshot& snapshot, const CheckpointSnapshot* mine);
+  // Every rank learns whether every rank's part (`error`, "" if none)
+  // succeeded; throws on every rank if not (with its own cause, if any).
   void agree(const std::string& error);
+  // This rank's file of the commit being made (every rank, rank files only).
+  void write_rank_file(const std::filesystem::path& file, const CheckpointSnapshot& snapshot);
 
   const CheckpointConfig& config_;
   int rank_;
   AllSucceeded all_succeeded_;
   CheckpointParts parts_;
+  CheckpointParts rank_parts_;
+  std::optional<RankFilesSetup> rank_files_;
+  RankFilesTag rank_files_tag_;
   std::vector<std::function<void()>> gathers_;
   CheckpointDirectory directory_;
   std::string background_error_;  // rank 0: a failure background_failed() saw
   SnapshotBuffers snapshot_buffers_;  // rank 0, asynchronous: kept between snapshots
+  SnapshotBuffers rank_snapshot_buffers_;  // every rank, rank files, asynchronous
   // Last: destroyed first, so a commit in flight ends before what it uses.
   BackgroundCommit background_;
 };

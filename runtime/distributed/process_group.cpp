@@ -200,6 +200,7 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
       rank_(static_cast<int>(env.rank)),
       world_size_(static_cast<int>(env.world_size)),
       local_rank_(static_cast<int>(env.local_rank)),
+      one_host_(env.local_world_size == env.world_size),
       timeout_(std::chrono::milliseconds(static_cast<int64_t>(config.timeout_s * 1000))) {
   // The whole rendezvous keeps one deadline, timeout_s from now: the store's
   // connect, the arrival of every rank and Gloo's address exchange share it

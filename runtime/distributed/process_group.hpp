@@ -44,6 +44,8 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   bool is_local_zero() const { return local_rank_ == 0; }
+  // Every rank runs on this host (so every rank sees the same run directory).
+  bool one_host() const { return one_host_; }
   // The model's group: NCCL for CUDA tensors, else the Gloo control group.
   const c10::intrusive_ptr<c10d::ProcessGroup>& group() const { return group_; }
   // The gradient all-reduce's group: the shared-memory one when every rank
@@ -116,6 +118,7 @@ class ProcessGroup {
 
   std::function<std::string()> interrupted_;
   int rank_, world_size_, local_rank_;
+  bool one_host_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> group_;    // the model's tensors

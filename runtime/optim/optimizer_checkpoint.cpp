@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/rank_files.hpp"
 #include "ckpt/tensor_sections.hpp"
 #include "config/options.hpp"
 #include "optim/optim_registry.hpp"
@@ -26,6 +27,63 @@ at::Tensor ParamStateSections::tensor(const std::string& field) const {
 
 int64_t ParamStateSections::count(const std::string& field) const {
   return parse_count(file_, "section '" + prefix_ + field + "'", file_.section(prefix_ + field));
+}
+
+namespace {
+
+// One parameter's state split over a sharded run's rank files.
+class RankFilesSections : public ParamStateReader {
+ public:
+  RankFilesSections(const std::vector<CheckpointFile>& ranks, const ShardLayout& layout, size_t index,
+                    const at::Tensor& param)
+      : ranks_(ranks), layout_(layout), index_(index), prefix_("optim/" + std::to_string(index) + "/"), param_(param) {}
+  bool has(const std::string& field) const override {
+    const CheckpointFile* first = first_holder();
+    return first && first->has(prefix_ + field);
+  }
+  at::Tensor tensor(const std::string& field) const override {
+    at::Tensor whole = at::empty_like(param_);
+    at::Tensor flat = whole.view({-1});
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      const ShardLayout::Run run = layout_.owned(index_, static_cast<int64_t>(r));
+      if (run.length == 0) continue;
+      at::Tensor part = flat.narrow(0, run.begin, run.length);
+      restore_tensor_section(ranks_[r], prefix_ + field, prefix_ + field, part);
+    }
+    return whole;
+  }
+  int64_t count(const std::string& field) const override {
+    const CheckpointFile& first = *first_holder();
+    return parse_count(first, "section '" + prefix_ + field + "'", first.section(prefix_ + field));
+  }
+
+ private:
+  // The file of the first rank that owns any of the parameter's elements.
+  const CheckpointFile* first_holder() const {
+    for (size_t r = 0; r < ranks_.size(); ++r)
+      if (layout_.owned(index_, static_cast<int64_t>(r)).length > 0) return &ranks_[r];
+    return nullptr;
+  }
+  const std::vector<CheckpointFile>& ranks_;
+  const ShardLayout& layout_;
+  size_t index_;
+  std::string prefix_;
+  const at::Tensor& param_;
+};
+
+}  // namespace
+
+OptimizerStateSource::OptimizerStateSource(const CheckpointFile& file, const std::vector<at::Tensor>& trainable)
+    : file_(file), trainable_(trainable), ranks_(read_rank_files(file)) {
+  if (ranks_.empty()) return;
+  std::vector<int64_t> numels;
+  for (const auto& p : trainable) numels.push_back(p.numel());
+  layout_.emplace(std::move(numels), static_cast<int64_t>(ranks_.size()), 0);
+}
+
+std::unique_ptr<ParamStateReader> OptimizerStateSource::reader(size_t index) const {
+  if (layout_) return std::make_unique<RankFilesSections>(ranks_, *layout_, index, trainable_[index]);
+  return std::make_unique<ParamStateSections>(file_, index, trainable_[index]);
 }
 
 void OptimizerPart::save(CheckpointSnapshot& snapshot) const {
@@ -65,8 +123,10 @@ void OptimizerPart::load(const CheckpointFile& file) {
   const OptimizerEntry& entry = entry_of(optimizer_);
   auto& states = optimizer_.state();
   states.clear();
+  const OptimizerStateSource source(file, *trainable_);
   for (size_t i = 0; i < trainable_->size(); ++i) {
-    const ParamStateSections fields(file, i, (*trainable_)[i]);
+    const std::unique_ptr<ParamStateReader> reader = source.reader(i);
+    const ParamStateReader& fields = *reader;
     if (fields.has(entry.state_marker)) {
       states[optimizer_state_key((*trainable_)[i])] = entry.load_state(fields);
       continue;

@@ -4,6 +4,7 @@
 // must have the same optimizer and groups.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,24 @@ class ParamStateSections : public ParamStateReader {
   const at::Tensor& param_;
 };
 
+// Where a checkpoint keeps each parameter's optimizer state: its own
+// "optim/<i>/" sections, or, from a run with distributed.shard and rank
+// files (ckpt/rank_files.hpp), split over every rank's file by that run's
+// ShardLayout (its world size; the parameters are this run's: a different
+// model is refused by the shapes). Every rank reads the whole state of a
+// parameter this way; a sharded run then keeps its own elements.
+class OptimizerStateSource {
+ public:
+  OptimizerStateSource(const CheckpointFile& file, const std::vector<at::Tensor>& trainable);
+  std::unique_ptr<ParamStateReader> reader(size_t index) const;
+
+ private:
+  const CheckpointFile& file_;
+  const std::vector<at::Tensor>& trainable_;
+  std::vector<CheckpointFile> ranks_;
+  std::optional<ShardLayout> layout_;
+};
+
 class OptimizerPart : public Stateful {
  public:
   // `trainable`: the optimizer's parameters, in order (nullptr: no state
@@ -70,6 +89,10 @@ class ShardedOptimizerPart : public Stateful {
       : optimizer_(optimizer), owned_(owned), trainable_(trainable), layout_(layout), group_(group),
         groups_part_(optimizer, nullptr, groups) {}
   void gather();
+  // Rank files: each rank saves its own elements' state (rank_part()) and
+  // gather() has nothing to do; this part then saves only the groups.
+  Stateful& rank_part() { return owned_part_; }
+  void write_rank_files() { rank_files_ = true; }
   void save(CheckpointSnapshot& snapshot) const override;
   void check(const CheckpointFile& file) const override { groups_part_.check(file); }
   void load(const CheckpointFile& file) override;
@@ -81,6 +104,18 @@ class ShardedOptimizerPart : public Stateful {
   const ShardLayout& layout_;
   ProcessGroup* group_;
   OptimizerPart groups_part_;  // "optim/groups" and its check
+  // This rank's elements' state, as its rank file holds it: each parameter's
+  // run as a 1-D tensor per field ("optim/<i>/<field>"), none for an empty run.
+  class OwnedStatePart : public Stateful {
+   public:
+    explicit OwnedStatePart(const ShardedOptimizerPart& whole) : whole_(whole) {}
+    void save(CheckpointSnapshot& snapshot) const override;
+    void load(const CheckpointFile&) override {}  // read through the checkpoint's OptimizerStateSource
+
+   private:
+    const ShardedOptimizerPart& whole_;
+  } owned_part_{*this};
+  bool rank_files_ = false;
   // Rank 0, from gather() until save() has copied it into the snapshot:
   // each parameter's whole state.
   mutable std::vector<std::optional<ParamStateFields>> gathered_;

@@ -43,6 +43,7 @@ class OwnedFields : public ParamStateReader {
 }  // namespace
 
 void ShardedOptimizerPart::gather() {
+  if (rank_files_) return;  // each rank writes its own state
   const OptimizerEntry& entry = entry_of(optimizer_);
   auto& states = optimizer_.state();
   std::vector<std::optional<ParamStateFields>> own(owned_.size());
@@ -109,12 +110,29 @@ void ShardedOptimizerPart::save(CheckpointSnapshot& snapshot) const {
   groups_part_.save(snapshot);
 }
 
+void ShardedOptimizerPart::OwnedStatePart::save(CheckpointSnapshot& snapshot) const {
+  const ShardedOptimizerPart& w = whole_;
+  const OptimizerEntry& entry = entry_of(w.optimizer_);
+  auto& states = w.optimizer_.state();
+  for (size_t i = 0; i < w.owned_.size(); ++i) {
+    if (w.owned_[i].numel() == 0) continue;
+    auto it = states.find(optimizer_state_key(w.owned_[i]));
+    if (it == states.end()) continue;  // no step taken for this parameter (the same on every rank)
+    const std::string prefix = "optim/" + std::to_string(i) + "/";
+    const ParamStateFields fields = entry.save_state(*it->second);
+    for (const auto& [name, text] : fields.texts) snapshot.add(prefix + name, text);
+    for (const auto& [name, tensor] : fields.tensors) add_tensor_section(snapshot, prefix + name, tensor.reshape({-1}));
+  }
+}
+
 void ShardedOptimizerPart::load(const CheckpointFile& file) {
   const OptimizerEntry& entry = entry_of(optimizer_);
   auto& states = optimizer_.state();
   states.clear();
+  const OptimizerStateSource source(file, trainable_);
   for (size_t i = 0; i < owned_.size(); ++i) {
-    const ParamStateSections sections(file, i, trainable_[i]);
+    const std::unique_ptr<ParamStateReader> reader = source.reader(i);
+    const ParamStateReader& sections = *reader;
     if (!sections.has(entry.state_marker)) {
       for (const auto& other : optimizer_registry())
         if (sections.has(other.state_marker))

@@ -12,12 +12,14 @@
 // replicated run's.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <tuple>
 
 #include <ATen/ATen.h>
 
-#include "checkpoint_sections.hpp"
 #include "ckpt/checkpoint_file.hpp"
+#include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/rank_files.hpp"
 #include "ckpt/tensor_sections.hpp"
 #include "common.hpp"
 
@@ -37,24 +39,56 @@ std::filesystem::path manifest(const TempDir& dir, const std::string& name) {
   return dir / (name + ".toml");
 }
 
-// The last checkpoint's model, optimizer and average sections.
-std::map<std::string, std::string> trained_state(const std::filesystem::path& run) {
-  std::map<std::string, std::string> out;
-  for (const char* prefix : {"param/", "buffer/", "optim/", "average/"})
-    out.merge(sections(run / "checkpoints" / "last.ckpt", prefix));
+// What a checkpoint's sections hold, as values: each tensor flattened
+// (float32 to the bit), everything else its bytes.
+struct State {
+  std::map<std::string, at::Tensor> tensors;
+  std::map<std::string, std::string> texts;
+};
+
+void add_sections(State& state, const CheckpointFile& file, const std::string& prefix) {
+  for (const auto& name : file.names()) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    try {
+      at::Tensor part = read_tensor_section(file, name).reshape({-1});
+      // A sharded run's rank files hold each rank's run of a parameter, in
+      // rank order: their concatenation is the whole tensor.
+      auto [it, fresh] = state.tensors.emplace(name, part);
+      if (!fresh) it->second = at::cat({it->second, part});
+    } catch (const CheckpointError&) {
+      state.texts.emplace(name, std::string(file.section(name)));
+    }
+  }
+}
+
+// The last checkpoint's model, optimizer and average sections; a sharded
+// run's optimizer state from the rank files its checkpoint names, one per
+// rank, which must all be there.
+State trained_state(const std::filesystem::path& run) {
+  const CheckpointFile file = CheckpointFile::read(run / "checkpoints" / "last.ckpt");
+  State out;
+  for (const char* prefix : {"param/", "buffer/", "optim/", "average/"}) add_sections(out, file, prefix);
+  const std::vector<CheckpointFile> ranks = read_rank_files(file);
+  for (const CheckpointFile& rank : ranks) add_sections(out, rank, "optim/");
   return out;
 }
 
-void expect_same(const std::map<std::string, std::string>& want, const std::map<std::string, std::string>& got) {
-  ASSERT_FALSE(want.empty());
-  EXPECT_EQ(want.size(), got.size());
-  for (const auto& [name, bytes] : want) {
-    const auto it = got.find(name);
-    ASSERT_NE(it, got.end()) << name;
-    EXPECT_TRUE(it->second == bytes) << name << " differs";
+// How many rank files the run's last checkpoint names (0: rank 0 wrote it all).
+size_t rank_files_of(const std::filesystem::path& run) {
+  return read_rank_files(CheckpointFile::read(run / "checkpoints" / "last.ckpt")).size();
+}
+
+void expect_same(const State& want, const State& got) {
+  ASSERT_FALSE(want.tensors.empty());
+  EXPECT_EQ(want.tensors.size(), got.tensors.size());
+  EXPECT_EQ(want.texts, got.texts);
+  for (const auto& [name, tensor] : want.tensors) {
+    const auto it = got.tensors.find(name);
+    ASSERT_NE(it, got.tensors.end()) << name;
+    EXPECT_TRUE(at::equal(it->second, tensor)) << name << " differs";
   }
-  for (const char* needed : {"optim/0/exp_avg", "optim/0/exp_avg_sq", "average/count"})
-    EXPECT_EQ(want.count(needed), 1u) << needed;
+  for (const char* needed : {"optim/0/exp_avg", "optim/0/exp_avg_sq"}) EXPECT_EQ(want.tensors.count(needed), 1u) << needed;
+  EXPECT_EQ(want.texts.count("average/count"), 1u);
 }
 
 std::vector<std::string> with_shard(std::vector<std::string> args, const std::string& mode) {
@@ -62,31 +96,15 @@ std::vector<std::string> with_shard(std::vector<std::string> args, const std::st
   return args;
 }
 
-bool tensor_section(const CheckpointFile& file, const std::string& name) {
-  try {
-    read_tensor_section(file, name);
-    return true;
-  } catch (const CheckpointError&) {
-    return false;
-  }
-}
-
 // Every tensor of the two checkpoints within `tolerance` of each other:
-// |a - b| <= tolerance * (1 + |a|).
+// |a - b| <= tolerance * (1 + |a|); everything else the same.
 void expect_close(const std::filesystem::path& want_run, const std::filesystem::path& got_run, double tolerance) {
-  const CheckpointFile want = CheckpointFile::read(want_run / "checkpoints" / "last.ckpt");
-  const CheckpointFile got = CheckpointFile::read(got_run / "checkpoints" / "last.ckpt");
-  const auto names = trained_state(want_run);
-  ASSERT_EQ(names.size(), trained_state(got_run).size());
-  ASSERT_FALSE(names.empty());
-  const auto got_names = trained_state(got_run);
-  for (const auto& [name, bytes] : names) {
-    if (!tensor_section(want, name)) {  // a count, a kind: the same
-      EXPECT_EQ(bytes, got_names.at(name)) << name;
-      continue;
-    }
-    const at::Tensor a = read_tensor_section(want, name).to(at::kDouble);
-    const at::Tensor b = read_tensor_section(got, name).to(at::kDouble);
+  const State want = trained_state(want_run), got = trained_state(got_run);
+  ASSERT_FALSE(want.tensors.empty());
+  ASSERT_EQ(want.tensors.size(), got.tensors.size());
+  EXPECT_EQ(want.texts, got.texts);
+  for (const auto& [name, tensor] : want.tensors) {
+    const at::Tensor a = tensor.to(at::kDouble), b = got.tensors.at(name).to(at::kDouble);
     ASSERT_EQ(a.sizes(), b.sizes()) << name;
     const double worst = ((a - b).abs() / (1 + a.abs())).max().item<double>();
     EXPECT_LE(worst, tolerance) << name;
@@ -126,6 +144,9 @@ TEST_P(Shard, TheShardedRunEndsAtTheReplicatedRunsWeightsAndState) {
   EXPECT_NE(sharded.output.find(owns), std::string::npos) << sharded.output;
   EXPECT_NE(sharded.output.find(count), std::string::npos) << sharded.output;
   expect_same(trained_state(dir / "replicated"), trained_state(dir / "sharded"));
+  // Each rank wrote its own share of the optimizer state beside rank 0's file.
+  EXPECT_EQ(rank_files_of(dir / "replicated"), 0u);
+  EXPECT_EQ(rank_files_of(dir / "sharded"), static_cast<size_t>(c.processes));
 }
 
 INSTANTIATE_TEST_SUITE_P(Processes, Shard,
@@ -166,29 +187,83 @@ TEST(ShardedRoundingApart, ClippingByTheGlobalNormAndZero2AccumulationStayWithin
   expect_close(dir / "acc_replicated", dir / "acc_zero2", kTolerance);
 }
 
-// A checkpoint taken inside an epoch by 2 sharded processes (without
-// accumulation, which another world size could not continue there), resumed by 3
-// sharded ones, ends where the same continuation of a replicated run ends;
-// so does a sharded run resuming a replicated run's checkpoint, and a
-// replicated run resuming a sharded one's.
-TEST(ShardedCheckpoints, ReshardToAnotherWorldSizeAndBetweenModes) {
+// A run continued by runs of other world sizes, 2 -> 3 -> 1 -> 4 processes
+// (each checkpoint taken inside an epoch, none splitting the parameters
+// evenly at 3 or 4), each leg sharded or not, ends where the replicated
+// chain ends, to the bit: each leg reshards what the last one wrote (rank
+// files of 2 or 3 ranks read by 3, 1 or 4; the whole state of 1 process).
+TEST(ShardedCheckpoints, ReshardAcrossWorldSizesAndBetweenModes) {
   TempDir dir;
-  const std::vector<std::string> stop{"-n", "2", "--set", "trainer.max_steps=9", "--set",
-                                      "trainer.accumulate_grad_batches=1"};
-  auto run = [&](const std::string& name, const std::string& first, const std::string& then) {
+  struct Leg {
+    int processes;
+    int max_steps;  // 0: to the end
+  };
+  const std::vector<Leg> legs{{2, 9}, {3, 14}, {1, 20}, {4, 0}};
+  auto chain = [&](const std::string& name, const std::vector<std::string>& modes) {
     const auto m = manifest(dir, name);
-    const ProcessResult a = kiln_fit(m, with_shard(stop, first));
-    EXPECT_EQ(a.exit_code, 0) << a.output;
-    const ProcessResult b =
-        kiln_fit(m, with_shard({"-n", "3", "--resume", "last", "--set", "trainer.accumulate_grad_batches=1"}, then));
-    EXPECT_EQ(b.exit_code, 0) << b.output;
+    for (size_t i = 0; i < legs.size(); ++i) {
+      std::vector<std::string> args{"-n", std::to_string(legs[i].processes), "--set",
+                                    "trainer.accumulate_grad_batches=1"};
+      if (legs[i].max_steps) args.insert(args.end(), {"--set", "trainer.max_steps=" + std::to_string(legs[i].max_steps)});
+      if (i > 0) args.insert(args.end(), {"--resume", "last"});
+      const ProcessResult r = kiln_fit(m, with_shard(args, modes[i]));
+      EXPECT_EQ(r.exit_code, 0) << name << " leg " << i << ": " << r.output;
+    }
     return trained_state(dir / name);
   };
-  const auto want = run("replicated", "none", "none");
-  expect_same(want, run("sharded", "optimizer", "optimizer"));
-  expect_same(want, run("zero2_into_zero1", "gradients", "optimizer"));
-  expect_same(want, run("into_sharded", "none", "optimizer"));
-  expect_same(want, run("out_of_sharded", "optimizer", "none"));
+  const State want = chain("replicated", {"none", "none", "none", "none"});
+  expect_same(want, chain("sharded", {"optimizer", "optimizer", "optimizer", "gradients"}));
+  expect_same(want, chain("mixed", {"gradients", "none", "optimizer", "none"}));
+}
+
+// kill -9 of any rank at any point of a sharded commit (a rank before its
+// own file; rank 0 once every rank file is durable, before the checkpoint
+// that names them) leaves the last committed checkpoint loadable: resumed,
+// the run ends where an uninterrupted one ends, and the killed commit's
+// rank files are removed, said in one line.
+TEST(ShardedCheckpoints, AKillOfAnyRankMidCommitLeavesTheLastCheckpointWhole) {
+  TempDir dir;
+  const std::vector<std::string> two{"-n", "2", "--set", "distributed.shard=optimizer", "--set",
+                                     "trainer.accumulate_grad_batches=1"};
+  auto with = [](std::vector<std::string> args, std::initializer_list<std::string> more) {
+    args.insert(args.end(), more);
+    return args;
+  };
+  const ProcessResult whole = kiln_fit(manifest(dir, "whole"), with(two, {"--set", "trainer.max_epochs=2"}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const ProcessResult first = kiln_fit(manifest(dir, "first"), with(two, {"--set", "trainer.max_epochs=1"}));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  for (const char* point : {"ckpt:rank1:before_rank_file", "ckpt:rank0:before_rank_file", "ckpt:before_index"}) {
+    SCOPED_TRACE(point);
+    const std::string name = std::string("killed_") + (point + 5);
+    std::filesystem::copy(dir / "first", dir / name, std::filesystem::copy_options::recursive);
+    const auto m = manifest(dir, name);
+    const auto before = read_file(dir / name / "checkpoints" / "last.ckpt");
+    const ProcessResult killed = kiln(with({"fit", m.string()}, {"-n", "2", "--set", "distributed.shard=optimizer",
+                                                                "--set", "trainer.accumulate_grad_batches=1", "--set",
+                                                                "trainer.max_epochs=2", "--resume", "last"}),
+                                      {.env = {{"KILN_FAULT_INJECT", point}}});
+    EXPECT_NE(killed.exit_code, 0) << killed.output;
+    EXPECT_EQ(read_file(dir / name / "checkpoints" / "last.ckpt"), before);  // untouched
+    const ProcessResult resumed = kiln_fit(m, with(two, {"--set", "trainer.max_epochs=2", "--resume", "last"}));
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    if (std::string(point) != "ckpt:rank1:before_rank_file")  // rank 1 died before writing anything
+      EXPECT_NE(resumed.output.find("rank file(s) in"), std::string::npos) << resumed.output;
+    expect_same(trained_state(dir / "whole"), trained_state(dir / name));
+    EXPECT_EQ(rank_files_of(dir / name), 2u);
+    // What is left in shards/: the rank files the checkpoints name, 2 each, nothing else.
+    std::set<std::string> named;
+    for (const auto& entry : std::filesystem::directory_iterator(dir / name / "checkpoints"))
+      if (entry.path().extension() == ".ckpt")
+        named.insert(read_meta(read_checkpoint_head(entry.path())).rank_files.prefix);
+    size_t left = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir / name / "checkpoints" / "shards")) {
+      const std::string file = entry.path().filename().string();
+      EXPECT_TRUE(named.count(file.substr(0, file.rfind(".rank")))) << file << " is named by no checkpoint";
+      ++left;
+    }
+    EXPECT_EQ(left, 2 * named.size());
+  }
 }
 
 }  // namespace

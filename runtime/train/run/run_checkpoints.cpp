@@ -1,9 +1,12 @@
 #include "train/run/run_checkpoints.hpp"
 
+#include <random>
+
 #include <spdlog/spdlog.h>
 #include <torch/optim/optimizer.h>
 
 #include "ckpt/checkpointer.hpp"
+#include "distributed/process_group.hpp"
 #include "train/run/epoch_collections.hpp"
 #include "plugin/proxies.hpp"
 #include "data/sampled_batches.hpp"
@@ -20,7 +23,8 @@ RunCheckpoints::RunCheckpoints(const Manifest& manifest, const RunSettings& sett
       world_size_(world_size),
       device_(device),
       parts_(std::move(parts)),
-      meta_part_({position_, saved_by_, m_.checkpoint.monitor, monitored_, m_.text}),
+      meta_part_({position_, saved_by_, m_.checkpoint.monitor, monitored_, m_.text,
+                  &parts_.checkpointer.rank_files_tag()}),
       params_part_("param/", "parameter", parts_.state.params),
       buffers_part_("buffer/", "buffer", parts_.state.buffers),
       rng_part_(device),
@@ -49,6 +53,26 @@ void RunCheckpoints::register_sharded_optimizer(const std::vector<at::Tensor>& o
   TrainingState& s = parts_.state;
   sharded_optimizer_part_.emplace(*s.optimizer, owned, s.trainable, layout, group, s.optimizer_groups);
   parts_.checkpointer.parts().replace("optim", *sharded_optimizer_part_, load_priority::model);
+  if (group && group->world_size() > 1 && group->one_host()) {
+    // Each rank writes its own share, in parallel, beside rank 0's file
+    // (ckpt/rank_files.hpp): nothing is gathered. Across hosts the run
+    // directory need not be shared, so rank 0 gathers the state instead.
+    sharded_optimizer_part_->write_rank_files();
+    parts_.checkpointer.rank_parts().add("optim", sharded_optimizer_part_->rank_part(), load_priority::model);
+    parts_.checkpointer.write_rank_files(Checkpointer::RankFilesSetup{group->world_size(), group->timeout(), [group] {
+      // Rank 0's random number, the same on every rank: each commit's rank
+      // files get names no earlier commit used.
+      at::Tensor nonce = at::zeros({1}, at::kLong);
+      if (group->rank() == 0) {
+        std::random_device random;
+        nonce[0] = static_cast<int64_t>(((uint64_t{random()} << 32) | random()) >> 1);
+      }
+      std::vector<at::Tensor> one{nonce};
+      group->broadcast(one, 0);
+      return static_cast<uint64_t>(nonce[0].item<int64_t>());
+    }});
+    return;
+  }
   parts_.checkpointer.before_each_commit([this] { sharded_optimizer_part_->gather(); });
 }
 
