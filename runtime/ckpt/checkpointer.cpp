@@ -68,7 +68,8 @@ void Checkpointer::write(const std::filesystem::path& file, const TrainPosition&
   }
   // Older checkpoints go only now, after the new one is durable.
   directory_.prune(policy());
-  if (mine) remove_unnamed_rank_files(config_.dir);
+  // Those of the checkpoints pruned, whichever run wrote them.
+  remove_unnamed_rank_files(config_.dir);
   spdlog::info("checkpoint committed: {}", file.string());
 }
 

@@ -6,6 +6,7 @@
 
 #include "ckpt/checkpoint_file.hpp"
 #include "ckpt/checkpoint_meta.hpp"
+#include "ckpt/rank_files.hpp"
 #include "config/manifest.hpp"
 #include "plugin/loader.hpp"
 #include "data/data_summary.hpp"
@@ -55,6 +56,16 @@ int inspect_checkpoint(const std::filesystem::path& path) {
               << (meta.monitored ? std::to_string(*meta.monitored) : std::string("(none)")) << "\n";
   std::cout << "  sections:      " << params << " parameters, " << optimizer << " optimizer, " << plugins
             << " plugin state, " << file.names().size() << " in all\n";
+  if (!meta.rank_files.prefix.empty()) {
+    // Read and verified as a resume reads them: a missing or damaged one is an error here too.
+    const std::vector<CheckpointFile> ranks = read_rank_files(file);
+    size_t sections = 0;
+    for (const auto& r : ranks) sections += r.names().size();
+    std::cout << "  rank files:    " << ranks.size() << " (distributed.shard: each rank's optimizer state, "
+              << sections << " sections, checksums verified), "
+              << rank_file_path(path.parent_path(), meta.rank_files.prefix, 0, static_cast<int>(ranks.size())).string()
+              << " and the others\n";
+  }
   return kExitOk;
 }
 

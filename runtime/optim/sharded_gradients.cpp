@@ -41,18 +41,18 @@ ShardedGradients::ShardedGradients(const std::vector<at::Tensor>& trainable, con
     bucket_of_[i] = buckets_.size() - 1;
   }
   for (size_t i = 0; i < params_.size(); ++i) {
-    std::shared_ptr<torch::autograd::Node> accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    hooks_.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    const uintptr_t key = accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
           ready(i);
           return outputs;
-        })));
-    accumulators_.push_back(std::move(accumulator));
+        }));
+    unhook_.push_back([accumulator, key] { accumulator->del_post_hook(key); });
   }
 }
 
 ShardedGradients::~ShardedGradients() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hooks_[i]);
+  for (auto& unhook : unhook_) unhook();
 }
 
 void ShardedGradients::before_backward(bool sync) {

@@ -22,16 +22,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "optim/shard_layout.hpp"
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace kiln {
 
@@ -75,8 +72,9 @@ class ShardedGradients {
   double inverse_world_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;  // by parameter
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<uintptr_t> hooks_;
+  // Each removes one hook, keeping its gradient accumulator alive until then
+  // (LibTorch 1.13 holds accumulators in a shared_ptr, 2.x in an intrusive_ptr).
+  std::vector<std::function<void()>> unhook_;
   at::Tensor owned_;  // this rank's shard of the averaged gradients
   bool armed_ = false;       // inside a backward that reduces
   bool accumulate_ = false;  // add to owned_ (a later micro-batch of the step)

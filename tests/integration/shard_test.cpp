@@ -147,6 +147,17 @@ TEST_P(Shard, TheShardedRunEndsAtTheReplicatedRunsWeightsAndState) {
   // Each rank wrote its own share of the optimizer state beside rank 0's file.
   EXPECT_EQ(rank_files_of(dir / "replicated"), 0u);
   EXPECT_EQ(rank_files_of(dir / "sharded"), static_cast<size_t>(c.processes));
+  // `kiln export` writes the full weights from either, the same bytes; `kiln inspect` names the rank files.
+  auto exported = [&](const std::string& run) {
+    const auto out = dir / (run + ".safetensors");
+    const ProcessResult r = kiln({"export", (dir / run / "checkpoints" / "last.ckpt").string(), "-o", out.string()});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return read_file(out);
+  };
+  EXPECT_EQ(exported("replicated"), exported("sharded"));
+  const ProcessResult inspect = kiln({"inspect", (dir / "sharded" / "checkpoints" / "last.ckpt").string()});
+  EXPECT_NE(inspect.output.find("rank files:    " + std::to_string(c.processes) + " "), std::string::npos)
+      << inspect.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Processes, Shard,
@@ -264,6 +275,24 @@ TEST(ShardedCheckpoints, AKillOfAnyRankMidCommitLeavesTheLastCheckpointWhole) {
     }
     EXPECT_EQ(left, 2 * named.size());
   }
+  // A checkpoint whose rank file is gone is refused before anything runs:
+  // exit 2, one line naming the file, the run directory as it was.
+  std::filesystem::copy(dir / "first", dir / "lost", std::filesystem::copy_options::recursive);
+  const auto lost = manifest(dir, "lost");
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "lost" / "checkpoints" / "shards"))
+    if (entry.path().filename().string().find(".rank1-of-2") != std::string::npos) std::filesystem::remove(entry.path());
+  const ProcessResult refused = kiln_fit(lost, with(two, {"--set", "trainer.max_epochs=2", "--resume", "last"}));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("rank 1's part"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("is missing"), std::string::npos) << refused.output;
+  // Compressed gradients are the replicated all-reduce's: with a shard, refused at start.
+  const ProcessResult compressed = kiln_fit(manifest(dir, "compressed"),
+                                            with(two, {"--set", "distributed.gradient_compression=bf16"}));
+  EXPECT_EQ(compressed.exit_code, 2) << compressed.output;
+  EXPECT_NE(compressed.output.find("distributed.gradient_compression is for the replicated all-reduce"),
+            std::string::npos)
+      << compressed.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "compressed" / "checkpoints"));
 }
 
 }  // namespace
