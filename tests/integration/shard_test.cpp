@@ -27,16 +27,19 @@ namespace kiln::test {
 namespace {
 
 std::filesystem::path manifest(const TempDir& dir, const std::string& name) {
-  write_file(dir / (name + ".toml"),
-             "[run]\nname = \"shard\"\ndir = \"" + (dir / name).string() +
-                 "\"\nseed = 7\nthreads = 1\n\n[model]\npath = \"kiln_mlp\"\nin_features = 20\nhidden = [13, 7]\n"
-                 "classes = 3\n\n[data]\npath = \"kiln_synthetic\"\nfeatures = 20\nclasses = 3\ntrain_size = 300\n"
-                 "val_size = 60\ntest_size = 0\n\n[trainer]\nmax_epochs = 3\nbatch_size = 10\nprogress = \"none\"\n"
-                 "data_workers = 0\naccumulate_grad_batches = 2\ngradient_clip_val = 0.05\n"
-                 "gradient_clip_algorithm = \"value\"\n\n"
-                 "[optimizer]\nname = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n\n[[optimizer.groups]]\n"
-                 "match = [\"*.bias\"]\nweight_decay = 0.0\n\n[averaging]\nkind = \"ema\"\n\n[checkpoint]\n");
-  return dir / (name + ".toml");
+  return write_run_manifest(
+      dir, {.name = "shard",
+            .run_dir = (dir / name).string(),
+            .run = "seed = 7\nthreads = 1\n",
+            .model = mlp_keys(20, "[13, 7]", 3),
+            .data = synthetic_keys(20, 3, "train_size = 300\nval_size = 60\ntest_size = 0\n"),
+            .trainer = trainer_keys(3, 10,
+                                    "data_workers = 0\naccumulate_grad_batches = 2\ngradient_clip_val = 0.05\n"
+                                    "gradient_clip_algorithm = \"value\"\n"),
+            .optimizer = "name = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n",
+            .extra = "\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decay = 0.0\n\n[averaging]\nkind = \"ema\"\n"
+                     "\n[checkpoint]\n",
+            .file = name + ".toml"});
 }
 
 // What a checkpoint's sections hold, as values: each tensor flattened
