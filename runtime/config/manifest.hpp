@@ -112,6 +112,7 @@ struct OptimizerConfig {
   bool centered = false;            // rmsprop: normalize by the gradient's estimated variance
   double lr_decay = 0.0;            // adagrad
   double initial_accumulator_value = 0.0;  // adagrad
+  bool fused = false;               // adam, adamw: optim/fused_adam.hpp
   std::vector<OptimizerGroupConfig> groups;  // [[optimizer.groups]], in manifest order
 
   // The options of `group`: its own where it sets them, these elsewhere

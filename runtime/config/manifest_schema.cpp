@@ -192,6 +192,9 @@ TableSchema declare_optimizer_table() {
   optimizer.key("initial_accumulator_value", &OptimizerConfig::initial_accumulator_value,
                 "adagrad: the starting value of the squared gradients' sum")
       .at_least(0.0);
+  optimizer.key("fused", &OptimizerConfig::fused,
+                "adam and adamw: each step in one pass over a parameter's elements (as torch's fused=True on the "
+                "CPU); the same state and checkpoints, within float32 rounding of the unfused step");
   return optimizer.done();
 }
 

@@ -352,6 +352,10 @@ class Validator {
       fail(where_key("optimizer", "nesterov") +
            ": optimizer.nesterov = true needs optimizer.momentum > 0 (set momentum, e.g. 0.9, or nesterov = false)");
     }
+    if (m.optimizer.fused && m.optimizer.name != OptimizerName::adam && m.optimizer.name != OptimizerName::adamw) {
+      fail(where_key("optimizer", "fused") + ": optimizer.fused = true is for adam and adamw; optimizer.name is " +
+           option_name(m.optimizer.name) + " (remove fused, or use adam or adamw)");
+    }
     check_optimizer_groups();
     check_overfit_batches();
     check_averaging();

@@ -10,6 +10,8 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include "optim/fused_adam.hpp"
+
 namespace kiln {
 
 namespace {
@@ -135,9 +137,11 @@ std::unique_ptr<torch::optim::Optimizer> build_sgd(const std::vector<OptimizerGr
   return build_groups<torch::optim::SGD>(g, d, sgd_options);
 }
 std::unique_ptr<torch::optim::Optimizer> build_adam(const std::vector<OptimizerGroup>& g, const OptimizerConfig& d) {
+  if (d.fused) return build_groups<FusedAdam>(g, d, adam_options);
   return build_groups<torch::optim::Adam>(g, d, adam_options);
 }
 std::unique_ptr<torch::optim::Optimizer> build_adamw(const std::vector<OptimizerGroup>& g, const OptimizerConfig& d) {
+  if (d.fused) return build_groups<FusedAdamW>(g, d, adamw_options);
   return build_groups<torch::optim::AdamW>(g, d, adamw_options);
 }
 std::unique_ptr<torch::optim::Optimizer> build_rmsprop(const std::vector<OptimizerGroup>& g, const OptimizerConfig& d) {
@@ -206,6 +210,9 @@ const OptimizerEntry& optimizer_entry(OptimizerName name) {
 }
 
 const OptimizerEntry* optimizer_entry_of(const torch::optim::Optimizer& optimizer) {
+  // optimizer.fused: the same optimizer, its state LibTorch's.
+  if (typeid(optimizer) == typeid(FusedAdam)) return &optimizer_entry(OptimizerName::adam);
+  if (typeid(optimizer) == typeid(FusedAdamW)) return &optimizer_entry(OptimizerName::adamw);
   for (const auto& entry : optimizer_registry()) {
     if (entry.type == typeid(optimizer)) return &entry;
   }

@@ -156,6 +156,8 @@ std::vector<BadInput> catalogue() {
       {"manifest_duplicate_plugin_id", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[[callbacks]]\npath = \"kiln_early_stopping\"\n[[callbacks]]\npath = \"kiln_early_stopping\"\n"); c.args = fit(c); c.names = "kiln.early_stopping"; }},
       {"manifest_unknown_plugin_key", [](Case& c) { rewrite_manifest(c, "hidden = [16]", "hiden = [16]"); c.args = fit(c); c.names = "hiden"; }},
       {"manifest_unknown_optimizer", [](Case& c) { rewrite_manifest(c, "name = \"adam\"", "name = \"adamw2\""); c.args = fit(c); c.names = "adamw2"; }},
+      {"manifest_fused_optimizer_not_adam", [](Case& c) { rewrite_manifest(c, "name = \"adam\"", "name = \"sgd\"\nfused = true"); c.args = fit(c); c.names = "optimizer.fused = true is for adam and adamw"; }},
+      {"distributed_shard_with_compressed_gradients", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[distributed]\nshard = \"gradients\"\ngradient_compression = \"bf16\"\n"); c.args = fit(c); c.names = "distributed.gradient_compression is for the replicated all-reduce"; }},
       {"manifest_unknown_scheduler", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[scheduler]\nname = \"cosinus\"\n"); c.args = fit(c); c.names = "cosinus"; }},
       {"manifest_empty_file", [](Case& c) { write_file(c.manifest, ""); c.args = fit(c); c.names = "run.toml"; }},
       {"manifest_unknown_logger", [](Case& c) {
