@@ -6,6 +6,7 @@
 # (bench/mlp*.toml), trainer.data_workers = auto.
 # Usage: bench/run.sh [rounds] [threads...]   (default: 3 rounds, 1 2)
 #        KILN_BENCH_EACH=1 bench/run.sh ...   also prints each round's epochs
+#        KILN_BENCH_SET="optimizer.fused=true" bench/run.sh ...   kiln with these --set overrides
 # Run it on an otherwise idle machine; timings are not tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,9 +32,11 @@ run_hand() {  # model threads
   awk '$1 == "epoch" && $3 == "seconds" {print $4}' "$out/hand.log" >>"$out/hand.$1.$2"
   peak_kb "$out/hand.time" >>"$out/hand.rss.$1.$2"
 }
+extra=()
+for kv in ${KILN_BENCH_SET:-}; do extra+=(--set "$kv"); done
 run_kiln() {  # model threads
   rm -rf "$out/run"
-  /usr/bin/time -v -o "$out/kiln.time" "$build/bin/kiln" fit "bench/$1.toml" --set run.threads="$2" \
+  /usr/bin/time -v -o "$out/kiln.time" "$build/bin/kiln" fit "bench/$1.toml" --set run.threads="$2" "${extra[@]}" \
     --set run.log_level=debug --set run.dir="$out/run" >"$out/kiln.log" 2>&1 </dev/null
   # Every epoch, and epochs 1 and 2 apart: the hand loop warms up on a
   # throw-away model before it times anything; kiln's epoch 0 is its

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# distributed.shard = optimizer (ZeRO-1) against the replicated path, in one
-# run, on Fashion-MNIST with a wide MLP (784-2048-2048-10: 5.8 M values;
+# distributed.shard = optimizer (ZeRO-1) and gradients (ZeRO-2) against the
+# replicated path, in one run, on Fashion-MNIST with a wide MLP (784-2048-2048-10: 5.8 M values;
 # Adam's moments 46 MB replicated), 1 thread a rank, 3 epochs of 60 batches of 128:
 # each process's peak RSS (VmHWM, read from /proc until it exits: the
 # launcher, then the ranks, sorted), the median epoch time, and what the run
 # says each rank owns. KILN_SHARD_CHECKPOINTS=0: no epoch checkpoints (a
 # fit still commits one at its end).
-#   bench/shard.sh [PROCESSES...]      (default: 2 4)
+#   bench/shard.sh [PROCESSES...]      (default: 2 4; KILN_SHARD_MODES to choose)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${KILN_BUILD_DIR:-build}
@@ -17,7 +17,7 @@ procs=("$@")
 [ ${#procs[@]} -gt 0 ] || procs=(2 4)
 printf "%-10s %-9s %-28s %16s\n" processes shard "VmHWM MB (each process)" "epoch (s, median)"
 for n in "${procs[@]}"; do
-  for mode in none optimizer; do
+  for mode in ${KILN_SHARD_MODES:-none optimizer gradients}; do
     log="$out/$n-$mode.log"
     run="$out/run-$n-$mode"
     "$build/bin/kiln" fit bench/mlp256.toml -n "$n" --set checkpoint.every_n_epochs="${KILN_SHARD_CHECKPOINTS:-1}" \
