@@ -205,7 +205,8 @@ TEST(ShardedRoundingApart, ClippingByTheGlobalNormAndZero2AccumulationStayWithin
 // (each checkpoint taken inside an epoch, none splitting the parameters
 // evenly at 3 or 4), each leg sharded or not, ends where the replicated
 // chain ends, to the bit: each leg reshards what the last one wrote (rank
-// files of 2 or 3 ranks read by 3, 1 or 4; the whole state of 1 process).
+// files of 2 or 3 ranks read by 3, 1 or 4; the whole state of 1 process),
+// the sharded chain committing asynchronously.
 TEST(ShardedCheckpoints, ReshardAcrossWorldSizesAndBetweenModes) {
   TempDir dir;
   struct Leg {
@@ -213,11 +214,12 @@ TEST(ShardedCheckpoints, ReshardAcrossWorldSizesAndBetweenModes) {
     int max_steps;  // 0: to the end
   };
   const std::vector<Leg> legs{{2, 9}, {3, 14}, {1, 20}, {4, 0}};
-  auto chain = [&](const std::string& name, const std::vector<std::string>& modes) {
+  auto chain = [&](const std::string& name, const std::vector<std::string>& modes, bool async = false) {
     const auto m = manifest(dir, name);
     for (size_t i = 0; i < legs.size(); ++i) {
       std::vector<std::string> args{"-n", std::to_string(legs[i].processes), "--set",
-                                    "trainer.accumulate_grad_batches=1"};
+                                    "trainer.accumulate_grad_batches=1", "--set",
+                                    std::string("checkpoint.async=") + (async ? "true" : "false")};
       if (legs[i].max_steps) args.insert(args.end(), {"--set", "trainer.max_steps=" + std::to_string(legs[i].max_steps)});
       if (i > 0) args.insert(args.end(), {"--resume", "last"});
       const ProcessResult r = kiln_fit(m, with_shard(args, modes[i]));
@@ -226,7 +228,8 @@ TEST(ShardedCheckpoints, ReshardAcrossWorldSizesAndBetweenModes) {
     return trained_state(dir / name);
   };
   const State want = chain("replicated", {"none", "none", "none", "none"});
-  expect_same(want, chain("sharded", {"optimizer", "optimizer", "optimizer", "gradients"}));
+  // Every rank writing its rank file in the background (checkpoint.async).
+  expect_same(want, chain("sharded", {"optimizer", "optimizer", "optimizer", "gradients"}, /*async=*/true));
   expect_same(want, chain("mixed", {"gradients", "none", "optimizer", "none"}));
 }
 
