@@ -112,26 +112,26 @@ void fused_step(torch::optim::Optimizer& optimizer) {
   }
 }
 
-}  // namespace
-
-at::Tensor FusedAdam::step(LossClosure closure) {
+// As torch::optim's steps: the closure (if any) with gradients on, then the update.
+template <class Options, class State, bool Decoupled>
+at::Tensor step_after(torch::optim::Optimizer& optimizer, const torch::optim::Optimizer::LossClosure& closure) {
   at::Tensor loss;
   if (closure) {
     at::AutoGradMode grad(true);
     loss = closure();
   }
-  fused_step<torch::optim::AdamOptions, torch::optim::AdamParamState, false>(*this);
+  fused_step<Options, State, Decoupled>(optimizer);
   return loss;
 }
 
+}  // namespace
+
+at::Tensor FusedAdam::step(LossClosure closure) {
+  return step_after<torch::optim::AdamOptions, torch::optim::AdamParamState, false>(*this, closure);
+}
+
 at::Tensor FusedAdamW::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure) {
-    at::AutoGradMode grad(true);
-    loss = closure();
-  }
-  fused_step<torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>(*this);
-  return loss;
+  return step_after<torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>(*this, closure);
 }
 
 }  // namespace kiln

@@ -55,8 +55,6 @@ class ShardedGradients {
   // The next step's gradients start from nothing (the whole ones dropped too).
   void clear();
 
-  int64_t buckets() const { return static_cast<int64_t>(buckets_.size()); }
-
  private:
   struct Bucket {
     size_t first, last;  // parameters [first, last)
