@@ -21,6 +21,8 @@ PACKAGES=(
   libgtest-dev libdlpack-dev libxxhash-dev zlib1g-dev
   # kiln_exported reads torch.export programs with LibTorch 2.x's schema types, which use it.
   nlohmann-json3-dev
+  # The mlflow logger's HTTP client.
+  libcurl4-openssl-dev
   # kiln_image_folder's decoders.
   libjpeg62-turbo-dev libpng-dev
   dataset-fashion-mnist

@@ -158,6 +158,7 @@ std::filesystem::path Checkpointer::commit(const TrainPosition& position, const 
                   file.filename().string(), Ms(std::chrono::steady_clock::now() - started).count(),
                   Ms(previous_done - started).count(), Ms(snapshot_done - previous_done).count(),
                   static_cast<double>(snapshot_bytes) / 1e6, config_.async ? "; written in the background" : "");
+  last_committed_ = file;
   return file;
 }
 

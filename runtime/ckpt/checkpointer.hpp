@@ -63,6 +63,9 @@ class Checkpointer {
   // On every rank together: waits until no commit is in flight; throws as
   // commit() does when the one in flight failed. A no-op when synchronous.
   void finish();
+  // The file the newest commit() wrote (asynchronous: once finish() has
+  // returned, durable); empty before the first.
+  const std::filesystem::path& last_committed() const { return last_committed_; }
 
   // Rank 0, without waiting: whether the commit in flight has failed (its
   // cause is kept for raise_background_failure). False on other ranks.
@@ -114,6 +117,7 @@ class Checkpointer {
   std::optional<RankFilesSetup> rank_files_;
   RankFilesTag rank_files_tag_;
   std::vector<std::function<void()>> gathers_;
+  std::filesystem::path last_committed_;
   CheckpointDirectory directory_;
   std::string background_error_;  // rank 0: a failure background_failed() saw
   SnapshotBuffers snapshot_buffers_;  // rank 0, asynchronous: kept between snapshots

@@ -45,6 +45,7 @@ CommandLine::CommandLine() {
   add_run_commands();
   add_inspect();
   add_export();
+  add_mlflow_sync();
   reference_cmd = app.add_subcommand(
       "manifest-reference", "print the reference of every manifest key (docs/manifest.md) as Markdown");
 }
@@ -118,12 +119,20 @@ void CommandLine::add_export() {
                        "a checkpoint with averaged weights ([averaging]): write the trained weights instead");
 }
 
+void CommandLine::add_mlflow_sync() {
+  mlflow_sync_cmd = app.add_subcommand(
+      "mlflow-sync", "send what a run's MLflow spool still holds to its MLflow server (the same run)");
+  mlflow_sync_cmd->add_option("run_dir", sync_dir, "the run directory (holds mlflow/spool.jsonl)")->required();
+  mlflow_sync_cmd->add_option("--timeout", sync_timeout_s, "seconds to keep retrying a server that does not answer")
+      ->check(CLI::NonNegativeNumber);
+}
+
 int command_line_error(const CLI::ParseError& e, CommandLine& cli, int argc, char** argv) {
   if (e.get_exit_code() == 0) return cli.app.exit(e);  // --help, --version
   // Bad command lines get kiln's one line too, naming what was wrong.
   std::string what = one_line(e.what());
   if (argc > 1 && argv[1][0] != '-' && cli.app.get_subcommands().empty())
-    what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, export, manifest-reference)";
+    what = std::string("unknown command '") + argv[1] + "' (commands: fit, validate, test, predict, inspect, export, mlflow-sync, manifest-reference)";
   else if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::ExtrasError))
     if (const std::string hint = misplaced_option(argc, argv); !hint.empty()) what = hint;
   std::cerr << "kiln: error: " << what << " (see kiln --help)" << std::endl;

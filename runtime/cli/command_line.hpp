@@ -33,6 +33,10 @@ struct CommandLine {
   std::string export_checkpoint, export_output;
   // manifest-reference
   CLI::App* reference_cmd = nullptr;
+  // mlflow-sync
+  CLI::App* mlflow_sync_cmd = nullptr;
+  std::string sync_dir;
+  double sync_timeout_s = 60.0;
 
   CommandLine();
   CommandLine(const CommandLine&) = delete;
@@ -42,6 +46,7 @@ struct CommandLine {
   void add_run_commands();
   void add_inspect();
   void add_export();
+  void add_mlflow_sync();
 };
 
 // A command line CLI11 refused (or --help, --version): kiln's one line, or

@@ -21,6 +21,7 @@
 #include "ckpt/weights_export.hpp"
 #include "config/manifest_reference.hpp"
 #include "distributed/heartbeat.hpp"
+#include "metrics/mlflow_logger.hpp"
 #include "util/errors.hpp"
 #include "util/process_info.hpp"
 #include "util/signal_watcher.hpp"
@@ -49,6 +50,7 @@ int run_parsed(kiln::CommandLine& cli, const std::vector<std::string>& argv, kil
                kiln::Heartbeat& heartbeat, double main_reached_s) {
   if (cli.inspect_cmd->parsed()) return kiln::inspect_command(cli.target, cli.overrides);
   if (cli.export_cmd->parsed()) return export_command(cli);
+  if (cli.mlflow_sync_cmd->parsed()) return kiln::mlflow_sync(cli.sync_dir, cli.sync_timeout_s);
   if (cli.reference_cmd->parsed()) {
     std::cout << kiln::manifest_reference_markdown() << std::flush;
     return kiln::kExitOk;

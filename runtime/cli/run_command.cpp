@@ -19,6 +19,7 @@
 #include "distributed/launch_env.hpp"
 #include "distributed/restarts.hpp"
 #include "distributed/supervisor.hpp"
+#include "metrics/loggers.hpp"
 #include "plugin/loader.hpp"
 #include "train/run/trainer.hpp"
 #include "util/errors.hpp"
@@ -151,6 +152,10 @@ int run_command(Command command, const std::string& manifest_file, std::vector<s
   // Every plugin is checked here, once, before any worker starts.
   Loader loader;
   RunPlugins plugins = load_plugins(manifest, command, loader);
+  // A logger's server (MLflow) is checked once, by the run's top process,
+  // before any worker starts: bad credentials or address exit 2 here.
+  if ((!launched || (launched->launcher != "kiln" && launched->rank == 0)) && command != Command::predict)
+    check_loggers(manifest.logging, manifest.run.dir);
   // Start-up in steps, since the process started (the first training step's
   // line is the trainer's): bench/README.md, "Start-up".
   spdlog::debug("start-up: main() reached at {:.2f} s (LibTorch's libraries loaded and initialised), "

@@ -7,6 +7,7 @@ const std::vector<LoggerEntry>& logger_registry() {
       {"csv", &make_csv_logger},
       {"jsonl", &make_jsonl_logger},
       {"tensorboard", &make_tensorboard_logger},
+      {"mlflow", &make_mlflow_logger, &check_mlflow_server},
   };
   return entries;
 }

@@ -30,10 +30,14 @@ struct LoggerContext {
 };
 
 using LoggerFactory = std::unique_ptr<Logger> (*)(const LoggerContext&);
+// Checks, before any worker starts, what the logger needs outside the run
+// directory (a server): throws InputError for what the user must fix.
+using LoggerCheck = void (*)(const LoggerContext&);
 
 struct LoggerEntry {
   const char* name;  // as the manifest writes it; its checkpoint part is "logger/<name>"
   LoggerFactory make;
+  LoggerCheck check = nullptr;  // null: nothing to check
 };
 
 // In the order the manifest reference lists them.
@@ -44,5 +48,7 @@ std::vector<std::string> logger_names();
 std::unique_ptr<Logger> make_csv_logger(const LoggerContext& context);
 std::unique_ptr<Logger> make_jsonl_logger(const LoggerContext& context);
 std::unique_ptr<Logger> make_tensorboard_logger(const LoggerContext& context);
+std::unique_ptr<Logger> make_mlflow_logger(const LoggerContext& context);
+void check_mlflow_server(const LoggerContext& context);
 
 }  // namespace kiln

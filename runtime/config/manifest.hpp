@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -164,8 +165,21 @@ struct DistributedConfig {
 };
 
 // Where metrics go (docs/logging.md): any of "csv", "jsonl", "tensorboard".
+// [logging.mlflow]: the MLflow tracking server the "mlflow" logger sends to
+// (docs/logging.md). Credentials never appear here: MLflow's own
+// environment variables carry them.
+struct MlflowConfig {
+  std::string tracking_uri;  // "": MLFLOW_TRACKING_URI
+  std::string experiment = "kiln";
+  std::string run_name;      // "": run.name
+  std::map<std::string, std::string> tags;
+  bool required = true;      // false: a server that cannot be reached at start is a warning
+  double finish_timeout_s = 30.0;
+};
+
 struct LoggingConfig {
   std::vector<std::string> loggers{"csv"};
+  MlflowConfig mlflow;
 };
 
 // Whole-split metrics (docs/metrics.md).

@@ -24,6 +24,7 @@ std::string type_text(const KeySchema& k) {
     case ValueKind::betas: return "array of 2 numbers";
     case ValueKind::choice_list: return "array of strings";
     case ValueKind::patterns: return "array of strings";
+    case ValueKind::string_table: return "table of strings";
   }
   return "";
 }
@@ -54,6 +55,7 @@ std::string allowed_text(const KeySchema& k) {
       return "`\"auto\"` or an integer " + std::to_string(k.int_min.value_or(0)) + " to " + std::to_string(k.int_max.value_or(0));
     case ValueKind::betas: return "each in [0, 1)";
     case ValueKind::patterns: return "at least one; none empty";
+    case ValueKind::string_table: return "values not empty";
   }
   return "";
 }

@@ -318,6 +318,47 @@ TableSchema declare_logging_table() {
   return logging.done();
 }
 
+// logging.mlflow.tracking_uri: an http(s) server, without credentials in it
+// (the manifest is copied into every checkpoint).
+std::string refuse_tracking_uri(const std::string& name, const std::string& v) {
+  if (v.empty()) return "";
+  const size_t scheme_end = v.find("://");
+  const std::string scheme = scheme_end == std::string::npos ? "" : manifest_detail::lower(v.substr(0, scheme_end));
+  if (scheme != "http" && scheme != "https")
+    return name + " must be an http:// or https:// address of an MLflow tracking server (e.g. "
+                  "\"http://127.0.0.1:5000\"), not '" + v + "'";
+  const std::string rest = v.substr(scheme_end + 3);
+  const std::string authority = rest.substr(0, rest.find('/'));
+  if (authority.find('@') != std::string::npos)
+    return name + " must not hold a user name or password (it is copied into every checkpoint): set "
+                  "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN, instead";
+  if (authority.empty()) return name + " names no host: '" + v + "'";
+  return "";
+}
+
+TableSchema declare_logging_mlflow_table() {
+  TableDeclaration<MlflowConfig> mlflow(
+      "logging.mlflow", [](Manifest& m) -> MlflowConfig& { return m.logging.mlflow; },
+      [](const Manifest& m) -> const MlflowConfig& { return m.logging.mlflow; },
+      "The MLflow tracking server the `mlflow` logger sends params, metrics and the run's end to, from rank 0 "
+      "(docs/logging.md); credentials come from MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD");
+  mlflow.key("tracking_uri", &MlflowConfig::tracking_uri, "the server's address, e.g. `http://127.0.0.1:5000`")
+      .refuse(refuse_tracking_uri, "an http:// or https:// address, without user or password")
+      .default_text("MLFLOW_TRACKING_URI");
+  mlflow.key("experiment", &MlflowConfig::experiment, "the experiment the run belongs to; created when absent")
+      .nonempty();
+  mlflow.key("run_name", &MlflowConfig::run_name, "the MLflow run's name").default_text("the run directory's name");
+  mlflow.key("tags", &MlflowConfig::tags, "the run's tags, e.g. `{ team = \"vision\" }` (kiln adds kiln.run_dir and, at "
+                                          "the end, kiln.final_checkpoint)");
+  mlflow.key("required", &MlflowConfig::required,
+             "a server that cannot be reached or refuses the login at start ends the run (exit 2); false: a "
+             "warning, and the points wait in the run directory's spool for `kiln mlflow-sync`");
+  mlflow.key("finish_timeout_s", &MlflowConfig::finish_timeout_s,
+             "at the run's end, how long to wait for the server to take the points still queued")
+      .at_least(0.0);
+  return mlflow.done();
+}
+
 TableSchema declare_metrics_table() {
   TableDeclaration<MetricsConfig> metrics("metrics", &Manifest::metrics,
                                           "Metrics over a whole split from collected rows (docs/metrics.md)");
@@ -370,7 +411,7 @@ TableSchema declare_averaging_table() {
 std::vector<TableSchema> declare_schema() {
   return {declare_run_table(),       declare_trainer_table(),    declare_optimizer_table(),
           declare_optimizer_groups_table(), declare_scheduler_table(), declare_checkpoint_table(),
-          declare_distributed_table(), declare_logging_table(), declare_metrics_table(),
+          declare_distributed_table(), declare_logging_table(), declare_logging_mlflow_table(), declare_metrics_table(),
           declare_profiler_table(),  declare_averaging_table()};
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -41,6 +42,7 @@ enum class ValueKind {
   choice_list,    // an array of distinct strings out of a closed set (logging.loggers)
   patterns,       // a non-empty array of non-empty strings (optimizer.groups[i].match)
   count_or_auto,  // "auto" (-1) or an integer >= 0 (trainer.data_workers)
+  string_table,   // a table of string values (logging.mlflow.tags)
 };
 
 // The index of a name in a closed set.
@@ -50,7 +52,8 @@ struct ChoiceIndex {
 
 // A checked value on its way into the Manifest.
 using SchemaValue = std::variant<bool, int64_t, double, std::string, std::filesystem::path, ChoiceIndex, BatchLimit,
-                                 std::pair<double, double>, std::vector<std::string>>;
+                                 std::pair<double, double>, std::vector<std::string>,
+                                 std::map<std::string, std::string>>;
 
 struct KeySchema {
   std::string table;  // "trainer"

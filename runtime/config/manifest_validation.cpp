@@ -115,7 +115,11 @@ class Validator {
   // ---- host tables
 
   void check_host_table(const TableSchema& schema, const toml::key& key, const toml::node& node) {
-    const KeyPath path{schema.name};
+    check_host_table(schema, KeyPath{schema.name}, key, node);
+  }
+
+  // `path`: where the table is ({"logging", "mlflow"} for [logging.mlflow]).
+  void check_host_table(const TableSchema& schema, const KeyPath& path, const toml::key& key, const toml::node& node) {
     const auto* table = node.as_table();
     if (!table) {
       std::string message = "[" + schema.name + "] must be a table, not " + std::string(type_phrase(node));
@@ -125,13 +129,18 @@ class Validator {
     host_tables[schema.name] = table;
     std::vector<std::string> known = schema.key_names();
     for (const auto& t : manifest_schema())
-      if (t.array_of_tables && starts_with(t.name, schema.name + ".")) known.push_back(t.name.substr(schema.name.size() + 1));
+      if (starts_with(t.name, schema.name + ".") && t.name.find('.', schema.name.size() + 1) == std::string::npos)
+        known.push_back(t.name.substr(schema.name.size() + 1));
     for (const auto& [k, v] : in_file_order(*table)) {
       const std::string name(k->str());
       const KeySchema* spec = schema.find(name);
       const KeyPath key_path = child(path, name);
       if (const TableSchema* entries = find_table_schema(schema.name + "." + name); entries && entries->array_of_tables) {
         check_table_array(*entries, key_path, *k, *v);
+        continue;
+      }
+      if (const TableSchema* inner = find_table_schema(schema.name + "." + name); inner) {  // [logging.mlflow]
+        check_host_table(*inner, key_path, *k, *v);
         continue;
       }
       if (!spec) {

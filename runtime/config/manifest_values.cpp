@@ -310,6 +310,18 @@ SchemaValue patterns_value(const Field& f) {
   return patterns;
 }
 
+// A table of strings (logging.mlflow.tags): { team = "vision" }.
+SchemaValue string_table_value(const Field& f) {
+  const auto* table = f.node.as_table();
+  if (!table) f.wrong_type("a table of strings, e.g. { team = \"vision\" }", toml::node_type::table);
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : *table) {
+    const Field element{f.ctx, child(f.path, std::string(k.str())), v};
+    out[std::string(k.str())] = element.nonempty_string();
+  }
+  return out;
+}
+
 }  // namespace
 
 SchemaValue checked_value(const KeySchema& k, const Field& f) {
@@ -326,6 +338,7 @@ SchemaValue checked_value(const KeySchema& k, const Field& f) {
     case ValueKind::betas: return betas_value(f);
     case ValueKind::choice_list: return choice_list_value(k, f);
     case ValueKind::patterns: return patterns_value(f);
+    case ValueKind::string_table: return string_table_value(f);
   }
   f.fail(f.name() + " has no reader (a bug in kiln's manifest schema)");
 }

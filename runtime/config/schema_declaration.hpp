@@ -90,6 +90,18 @@ struct MemberType<std::vector<std::string>> {  // patterns; .choices() makes it 
   }
 };
 template <>
+struct MemberType<std::map<std::string, std::string>> {  // string_table
+  static constexpr ValueKind kind = ValueKind::string_table;
+  static std::map<std::string, std::string> from(const SchemaValue& v) {
+    return std::get<std::map<std::string, std::string>>(v);
+  }
+  static std::string show(const std::map<std::string, std::string>& v) {
+    std::string out;
+    for (const auto& [k, s] : v) out += (out.empty() ? "" : ", ") + quoted(k) + " = " + quoted(s);
+    return "{" + out + "}";
+  }
+};
+template <>
 struct MemberType<CountOrAuto> {
   static constexpr ValueKind kind = ValueKind::count_or_auto;
   static CountOrAuto from(const SchemaValue& v) { return CountOrAuto{std::get<int64_t>(v)}; }

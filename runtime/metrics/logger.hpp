@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,6 +31,15 @@ struct LogRow {
 };
 
 const char* kind_name(LogRow::Kind kind);
+
+// How a run ended, as the loggers record it (MLflow's run status, the
+// TensorBoard session's).
+struct RunEnd {
+  enum class Status { finished, failed, killed };  // killed: SIGINT, SIGTERM or a preemption
+  Status status = Status::finished;
+  std::filesystem::path final_checkpoint;  // the newest checkpoint committed; empty: none
+  bool success() const { return status == Status::finished; }
+};
 
 class Logger {
  public:
@@ -50,9 +60,8 @@ class Logger {
   // logger that records them writes them when it creates its file (not when
   // it continues one). Others ignore them.
   virtual void set_hparams(const std::vector<HParam>& /*hparams*/) {}
-  // The run has ended, after its last row (`success`: without a failure).
-  // Called only on an open logger.
-  virtual void finish(bool /*success*/) {}
+  // The run has ended, after its last row. Called only on an open logger.
+  virtual void finish(const RunEnd& /*end*/) {}
 };
 
 }  // namespace kiln

@@ -90,15 +90,22 @@ void Loggers::flush() {
   for (auto& logger : loggers_) logger->flush();
 }
 
-void Loggers::finish(bool success) {
+void Loggers::finish(const RunEnd& end) {
   if (!open_) return;
   for (auto& logger : loggers_) {
     try {
-      logger->finish(success);
+      logger->finish(end);
     } catch (const std::exception& e) {
       spdlog::warn("the {} logger could not record the run's end: {}", logger->name(), e.what());
     }
   }
+}
+
+void check_loggers(const LoggingConfig& config, const std::filesystem::path& run_dir) {
+  const LoggerContext context{config, run_dir, nullptr};
+  for (const auto& name : config.loggers)
+    for (const LoggerEntry& e : logger_registry())
+      if (name == e.name && e.check) e.check(context);
 }
 
 std::map<std::string, std::string> Loggers::states() {

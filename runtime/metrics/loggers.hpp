@@ -51,10 +51,12 @@ class Loggers {
   // the TensorBoard logger records the session's end and status. Nothing if
   // no row was logged (no file open). Never throws: a logger that cannot
   // write it warns.
-  void finish(bool success);
+  void finish(const RunEnd& end);
+  void finish(bool success) { finish(RunEnd{success ? RunEnd::Status::finished : RunEnd::Status::failed, {}}); }
 
  private:
   class Part;
+  friend void check_loggers(const LoggingConfig&, const std::filesystem::path&);
   std::vector<std::unique_ptr<Logger>> loggers_;
   std::unique_ptr<Part> part_;
   void open_files();
@@ -62,5 +64,11 @@ class Loggers {
   bool may_open_ = false;
   bool open_ = false;  // the files are open
 };
+
+// Before any worker starts (the run's top process, once): each logger that
+// depends on something outside the run directory (an MLflow server) checks
+// it. Throws InputError (exit 2) for what the user must fix; a logger told
+// not to require its server warns instead.
+void check_loggers(const LoggingConfig& config, const std::filesystem::path& run_dir);
 
 }  // namespace kiln

@@ -39,7 +39,8 @@ void TensorBoardLogger::set_hparams(const std::vector<HParam>& hparams) {
   start_time_ = wall_time();
 }
 
-void TensorBoardLogger::finish(bool success) {
+void TensorBoardLogger::finish(const RunEnd& end) {
+  const bool success = end.success();
   if (!file_ || !hparams_) return;
   const double now = wall_time();
   file_->append(tfrecord(hparams_end_event(now, last_step_, success, now)));

@@ -42,7 +42,7 @@ class TensorBoardLogger final : public Logger {
   void flush() override;
   std::string state() override;
   void set_hparams(const std::vector<HParam>& hparams) override;
-  void finish(bool success) override;
+  void finish(const RunEnd& end) override;
 
  private:
   std::filesystem::path path_;

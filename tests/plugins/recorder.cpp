@@ -12,6 +12,7 @@
 // records "pid=<pid>", so tests can find and kill a given rank.
 // Each line is appended with O_APPEND and closed at once, so a log survives
 // whatever happens to the process afterwards.
+#include <cstdio>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -170,6 +171,7 @@ class RecorderModel : public Recording<kiln::Model> {
         val_wait_times_(config.get<int64_t>("val_wait_times", 1)),
         val_wait_on_rank_(config.get<int64_t>("val_wait_on_rank", -1)),
         step_ms_(config.get<int64_t>("step_ms", 0)),
+        many_metrics_(config.get<int64_t>("many_metrics", 0)),
         nan_from_step_(config.get<int64_t>("nan_from_step", -1)),
         nan_on_rank_(config.get<int64_t>("nan_on_rank", -1)),
         dump_inputs_(config.get<std::string>("dump_inputs", "")) {
@@ -230,6 +232,11 @@ class RecorderModel : public Recording<kiln::Model> {
     host().log_metric("val/loss", torch::nn::functional::cross_entropy(net_->forward(batch["input"]), target).item<double>(),
                       static_cast<double>(target.size(0)));
     if (tensor_metrics_) log_both_ways(batch, b);
+    for (int64_t i = 0; i < many_metrics_; ++i) {
+      char name[32];
+      std::snprintf(name, sizeof name, "many/m%05lld", static_cast<long long>(i));
+      host().log_metric(name, static_cast<double>(i) / 7.0 + static_cast<double>(b));
+    }
     if (max_reduce_on_rank_ >= 0)
       host().log_metric("val/mixed", 1.0, 1.0,
                         host().rank() == max_reduce_on_rank_ ? KILN_METRIC_REDUCE_MAX : KILN_METRIC_REDUCE_MEAN);
@@ -267,6 +274,7 @@ class RecorderModel : public Recording<kiln::Model> {
   int64_t val_wait_times_;
   int64_t val_wait_on_rank_;
   int64_t step_ms_;
+  int64_t many_metrics_;  // validation logs this many more metrics (an MLflow batch's limits)
   int64_t nan_from_step_, nan_on_rank_;
   std::string dump_inputs_;
   int64_t steps_ = 0, calls_ = 0;

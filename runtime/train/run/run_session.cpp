@@ -101,7 +101,7 @@ class Run {
     const bool local_zero = !dist_ || dist_->local_rank == 0;
     outcome.failure = session_->run(
         stage_of(command_), /*prepare_data=*/local_zero, [&] { if (group_) group_->barrier(); }, [&] { body(); });
-    loggers_.finish(!outcome.failure);  // the hparams session's end and its status (rank 0's files only)
+    loggers_.finish(run_end(outcome));  // the hparams session's and the MLflow run's end (rank 0's loggers only)
     if (outcome.failure && profiler_ && profiler_->tracing() && profiler_->in_fit())
       write_failed_trace(*profiler_, m_.run.dir, rank());
     context_.reset();
@@ -119,6 +119,16 @@ class Run {
   }
 
  private:
+  RunEnd run_end(const RunOutcome& outcome) const {
+    RunEnd end;
+    if (outcome.failure) {
+      const kiln_failure_reason r = outcome.failure->reason;
+      end.status = r == KILN_FAILURE_INTERRUPTED || r == KILN_FAILURE_PREEMPTED ? RunEnd::Status::killed
+                                                                                 : RunEnd::Status::failed;
+    }
+    if (checkpointer_) end.final_checkpoint = checkpointer_->last_committed();
+    return end;
+  }
   int32_t rank() const { return group_ ? group_->rank() : 0; }
   int32_t world_size() const { return group_ ? group_->world_size() : 1; }
   void phase(const char* name) {

@@ -1,0 +1,360 @@
+#include "metrics/mlflow_logger.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
+
+#include "config/logger_registry.hpp"
+#include "util/errors.hpp"
+#include "util/run_dir_lock.hpp"
+#include "util/shortest_double.hpp"
+
+namespace kiln {
+
+namespace {
+
+// Set by the start-up check (in this process, or in the supervisor that
+// started it) once it has warned that the server cannot be reached: the
+// background thread's first failure then says nothing more.
+constexpr const char* kWarnedVariable = "KILN_MLFLOW_UNREACHABLE_AT_START";
+
+// How long one request may take; the thread's wait between sends.
+constexpr double kRequestTimeoutS = 15.0;
+constexpr auto kSendInterval = std::chrono::milliseconds(1000);
+constexpr auto kMaxBackoff = std::chrono::milliseconds(5000);
+// Unsent bytes that wake the thread before its interval (about 1,000 points).
+constexpr int64_t kWakeBytes = 64 * 1024;
+// MLflow's longest param value (6,000 characters since MLflow 2).
+constexpr size_t kMaxParamValue = 6000;
+
+std::string tracking_uri_of(const MlflowConfig& config) {
+  if (!config.tracking_uri.empty()) return config.tracking_uri;
+  const char* env = std::getenv("MLFLOW_TRACKING_URI");
+  return env ? env : "";
+}
+
+std::string status_name(RunEnd::Status s) {
+  switch (s) {
+    case RunEnd::Status::finished: return "FINISHED";
+    case RunEnd::Status::failed: return "FAILED";
+    case RunEnd::Status::killed: return "KILLED";
+  }
+  return "FAILED";
+}
+
+std::string param_value(const HParam& h) {
+  switch (h.kind) {
+    case HParam::Kind::number:
+      if (std::isfinite(h.number) && h.number == std::trunc(h.number) && std::fabs(h.number) < 1e15)
+        return std::to_string(static_cast<int64_t>(h.number));
+      return std::isfinite(h.number) ? python_float_repr(h.number) : shortest_double(h.number);
+    case HParam::Kind::boolean: return h.boolean ? "true" : "false";
+    case HParam::Kind::string: return h.string;
+  }
+  return h.string;
+}
+
+std::string points_phrase(int64_t n) { return std::to_string(n) + (n == 1 ? " record" : " records"); }
+
+}  // namespace
+
+MlflowLogger::MlflowLogger(const MlflowConfig& config, std::string tracking_uri, const std::filesystem::path& run_dir)
+    : config_(config), uri_(std::move(tracking_uri)), run_dir_(run_dir), files_(run_dir) {}
+
+MlflowLogger::~MlflowLogger() { stop_thread(); }
+
+void MlflowLogger::open(const std::string& state) {
+  std::filesystem::create_directories(files_.dir);
+  MlflowRunInfo info;
+  info.tracking_uri = uri_;
+  info.experiment = config_.experiment;
+  info.run_name = config_.run_name.empty() ? run_dir_.filename().string() : config_.run_name;
+  info.tags = config_.tags;
+  info.tags.emplace("kiln.run_dir", std::filesystem::absolute(run_dir_).lexically_normal().string());
+  if (state.empty()) {
+    // A new run: a new MLflow run, its params first in the spool.
+    std::error_code ignored;
+    std::filesystem::remove(files_.acked(), ignored);
+    files_.write_run_info(info);
+    spool_.emplace(files_.spool(), -1);
+    std::string params;
+    for (const HParam& h : hparams_) {
+      std::string value = param_value(h);
+      if (value.size() > kMaxParamValue) value.resize(kMaxParamValue);
+      params += spool_param(h.name, value);
+    }
+    if (!params.empty()) spool_->append(params);
+  } else {
+    const size_t space = state.find(' ');
+    int64_t length = -1;
+    try {
+      length = std::stoll(state.substr(0, space));
+    } catch (const std::exception&) {
+    }
+    if (length < 0 || space == std::string::npos)
+      throw std::runtime_error("checkpoint holds a malformed state for the mlflow logger: '" + state + "'");
+    const std::string id = state.substr(space + 1);
+    // The points the stopped run spooled after its checkpoint: the resumed
+    // run recomputes them, and sends them with the same timestamps.
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(files_.spool(), ec);
+    if (!ec && static_cast<int64_t>(size) > length)
+      earlier_timestamps_ = spool_timestamps(read_range(files_.spool(), length, static_cast<int64_t>(size)));
+    if (auto earlier = files_.read_run_info()) info.run_id = earlier->run_id;
+    if (id != "-") info.run_id = id;
+    files_.write_run_info(info);
+    spool_.emplace(files_.spool(), length);
+    if (!spool_->continued_whole())
+      spdlog::warn("{} is shorter than the checkpoint recorded; MLflow points from before the checkpoint that were "
+                   "not sent are lost",
+                   files_.spool().string());
+    if (files_.read_acked() > spool_->size()) files_.write_acked(spool_->size());
+  }
+  run_id_ = info.run_id;
+  published_ = spool_->size();
+  notified_at_ = spool_->size();
+  thread_ = std::thread([this] { ship_in_background(); });
+}
+
+std::string MlflowLogger::metric_key(const std::string& name) {
+  const auto it = keys_.find(name);
+  if (it != keys_.end()) return it->second;
+  // MLflow's metric names: letters, digits, _ - . / and spaces.
+  std::string key = name;
+  for (char& c : key)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/' || c == ' '))
+      c = '_';
+  if (key != name) spdlog::warn("MLflow does not take the metric name '{}': it is logged there as '{}'", name, key);
+  return keys_.emplace(name, key).first->second;
+}
+
+void MlflowLogger::log(const LogRow& row) {
+  if (!spool_) return;
+  const int64_t now = now_ms();
+  std::string lines;
+  auto point = [&](const std::string& name, double value) {
+    const std::string key = metric_key(name);
+    int64_t t = now;
+    if (!earlier_timestamps_.empty()) {
+      const auto it = earlier_timestamps_.find({key, row.step});
+      if (it != earlier_timestamps_.end()) t = it->second;
+    }
+    lines += spool_metric(key, value, row.step, t);
+  };
+  // An epoch row carries `epoch`, as Lightning's loggers log it.
+  if (row.kind == LogRow::Kind::epoch) point("epoch", static_cast<double>(row.epoch));
+  for (const auto& [name, value] : row.metrics) point(name, value);
+  append(lines);
+}
+
+void MlflowLogger::append(const std::string& lines) {
+  if (lines.empty()) return;
+  spool_->append(lines);
+  published_.store(spool_->size(), std::memory_order_release);
+  if (spool_->size() - notified_at_ >= kWakeBytes) {
+    notified_at_ = spool_->size();
+    wake_.notify_one();
+  }
+}
+
+void MlflowLogger::flush() {
+  if (spool_) spool_->sync();
+}
+
+std::string MlflowLogger::state() {
+  if (!spool_) return "";
+  spool_->sync();
+  std::lock_guard lock(mutex_);
+  return std::to_string(spool_->size()) + " " + (run_id_.empty() ? "-" : run_id_);
+}
+
+void MlflowLogger::ship_in_background() {
+  std::optional<MlflowClient> client;
+  std::optional<MlflowShipper> shipper;
+  bool down = false;
+  bool quiet = std::getenv(kWarnedVariable) != nullptr;  // the start-up check has warned already
+  auto backoff = std::chrono::milliseconds(500);
+  std::unique_lock lock(mutex_);
+  while (true) {
+    const int64_t end = published_.load(std::memory_order_acquire);
+    lock.unlock();
+    bool ok = true;
+    std::string error;
+    try {
+      if (!client) client.emplace(uri_, kRequestTimeoutS);
+      if (!shipper) shipper.emplace(files_, *client);
+      shipper->ship(end);
+    } catch (const MlflowError& e) {
+      ok = false;
+      error = e.what();
+    } catch (const std::exception& e) {
+      ok = false;
+      error = e.what();
+    }
+    lock.lock();
+    if (shipper) {
+      run_id_ = shipper->run_id().empty() ? run_id_ : shipper->run_id();
+      acked_ = shipper->acked();
+      if (shipper->refused() > refused_) {
+        spdlog::warn("the MLflow server refused {} (kept out of the run; the server said: {})",
+                     points_phrase(shipper->refused() - refused_), shipper->last_refusal());
+        refused_ = shipper->refused();
+      }
+    }
+    if (ok) {
+      if (down) spdlog::info("the MLflow server at {} answers again; the spool is being sent", uri_);
+      down = false;
+      last_error_.clear();
+      backoff = std::chrono::milliseconds(500);
+    } else {
+      if (!down && !quiet)
+        spdlog::warn("MLflow: {}; training goes on, the points wait in {} and are sent when the server answers",
+                     error, files_.spool().string());
+      down = true;
+      quiet = false;
+      last_error_ = error;
+    }
+    const bool drained = ok && acked_ >= published_.load(std::memory_order_acquire);
+    if (stopping_ && (drained || std::chrono::steady_clock::now() >= deadline_)) return;
+    const auto wait = ok ? std::chrono::milliseconds(kSendInterval) : backoff;
+    if (!ok) backoff = std::min(backoff * 2, std::chrono::milliseconds(kMaxBackoff));
+    const auto until = stopping_ ? std::min(std::chrono::steady_clock::now() + wait, deadline_)
+                                 : std::chrono::steady_clock::now() + wait;
+    // Woken early by volume, or by finish(): the spool is sent at once.
+    const int64_t seen = end;
+    wake_.wait_until(lock, until, [&] {
+      return stopping_ ? ok && acked_ < published_.load() : published_.load() - seen >= kWakeBytes;
+    });
+  }
+}
+
+void MlflowLogger::stop_thread() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (!stopping_) {
+      stopping_ = true;
+      deadline_ = std::chrono::steady_clock::now();
+    }
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void MlflowLogger::finish(const RunEnd& end) {
+  if (!spool_) return;
+  std::string lines;
+  if (!end.final_checkpoint.empty())
+    lines += spool_tag("kiln.final_checkpoint", std::filesystem::absolute(end.final_checkpoint).lexically_normal().string());
+  lines += spool_end(status_name(end.status), now_ms());
+  append(lines);
+  spool_->sync();
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    deadline_ = std::chrono::steady_clock::now() +
+                std::chrono::milliseconds(static_cast<int64_t>(config_.finish_timeout_s * 1000));
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  const int64_t left = spool_records(read_range(files_.spool(), acked_, spool_->size()));
+  if (left > 0)
+    spdlog::warn("MLflow: {} not sent to {} ({}); they are kept in {}: send them with `kiln mlflow-sync {}`", points_phrase(left),
+                 uri_, last_error_.empty() ? "the server was still taking them" : last_error_,
+                 files_.spool().string(), run_dir_.string());
+  else
+    spdlog::info("MLflow: run {} at {} has every point ({})", run_id_, uri_, status_name(end.status));
+}
+
+std::unique_ptr<Logger> make_mlflow_logger(const LoggerContext& context) {
+  auto logger = std::make_unique<MlflowLogger>(context.config.mlflow, tracking_uri_of(context.config.mlflow),
+                                               context.run_dir);
+  if (context.hparams) logger->set_hparams(*context.hparams);  // the manifest, flattened: the run's params
+  return logger;
+}
+
+void check_mlflow_server(const LoggerContext& context) {
+  const MlflowConfig& config = context.config.mlflow;
+  const std::string uri = tracking_uri_of(config);
+  if (uri.empty())
+    throw InputError("logging.loggers names \"mlflow\" but no server: set logging.mlflow.tracking_uri (e.g. "
+                     "\"http://127.0.0.1:5000\") or MLFLOW_TRACKING_URI");
+  if (config.tracking_uri.empty() && uri.rfind("http://", 0) != 0 && uri.rfind("https://", 0) != 0)
+    throw InputError("MLFLOW_TRACKING_URI must be an http:// or https:// address for kiln's mlflow logger, not '" +
+                     uri + "' (set logging.mlflow.tracking_uri)");
+  std::string problem;
+  try {
+    MlflowClient client(uri, 10.0);
+    client.experiment_id(config.experiment);
+    return;
+  } catch (const MlflowError& e) {
+    switch (e.kind()) {
+      case MlflowError::Kind::login:
+        problem = "the MLflow server at " + uri + " refused the login or the experiment '" + config.experiment +
+                  "' (" + e.what() + "): set MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD to an "
+                  "account that may write to it";
+        break;
+      case MlflowError::Kind::refused:
+        throw InputError("the MLflow server at " + uri + " refused the experiment '" + config.experiment + "': " +
+                         e.what() + " (check logging.mlflow.experiment)");
+      default:
+        problem = "cannot reach the MLflow server at " + uri + " (" + e.what() + ")";
+    }
+  }
+  if (config.required)
+    throw InputError(problem + "; start it or fix logging.mlflow.tracking_uri, or set logging.mlflow.required = "
+                               "false to train now and send the points later");
+  spdlog::warn("{}; training goes on (logging.mlflow.required = false): the points wait in {} and are sent when the "
+               "server answers",
+               problem, MlflowFiles(context.run_dir).spool().string());
+  ::setenv(kWarnedVariable, "1", 1);
+}
+
+int mlflow_sync(const std::filesystem::path& run_dir, double timeout_s) {
+  const MlflowFiles files(run_dir);
+  const auto info = files.read_run_info();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(files.spool(), ec);
+  if (!info || ec)
+    throw InputError(run_dir.string() + " has no MLflow spool (mlflow/run.json, mlflow/spool.jsonl): it was not "
+                     "trained with the mlflow logger");
+  // Not beside a run that is still writing the spool.
+  lock_existing_run_dir(run_dir);
+  MlflowClient client(info->tracking_uri, kRequestTimeoutS);
+  MlflowShipper shipper(files, client);
+  const int64_t end = static_cast<int64_t>(size);
+  const int64_t before = spool_records(read_range(files.spool(), std::min(shipper.acked(), end), end));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  auto backoff = std::chrono::milliseconds(500);
+  std::string error;
+  while (true) {
+    try {
+      shipper.ship(end);
+      error.clear();
+      break;
+    } catch (const MlflowError& e) {
+      error = e.what();
+      if (!e.worth_retrying() && e.kind() != MlflowError::Kind::login) break;
+    }
+    if (std::chrono::steady_clock::now() + backoff > deadline) break;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(kMaxBackoff));
+  }
+  const int64_t left = spool_records(read_range(files.spool(), std::min(shipper.acked(), end), end));
+  if (shipper.refused() > 0)
+    spdlog::warn("the MLflow server refused {} (the server said: {})", points_phrase(shipper.refused()),
+                 shipper.last_refusal());
+  if (left > 0) {
+    spdlog::error("{} of {} still not sent to {}: {}; run `kiln mlflow-sync {}` again", points_phrase(left),
+                  points_phrase(before), info->tracking_uri, error, run_dir.string());
+    return 1;
+  }
+  spdlog::info("sent {} to MLflow run {} at {}; nothing is left in {}", points_phrase(before), shipper.run_id(),
+               info->tracking_uri, files.spool().string());
+  return 0;
+}
+
+}  // namespace kiln

@@ -1,0 +1,91 @@
+// The "mlflow" logger: the run's params, metrics and end in an MLflow
+// tracking server ([logging.mlflow]; docs/logging.md, "MLflow").
+//
+// Nothing it does waits on the server. log() appends the row's points to the
+// spool (metrics/mlflow_spool.hpp: a write, no fsync) and returns; a
+// background thread sends the spool's unsent part in log-batch requests,
+// about once a second, retrying with backoff while the server is away. The
+// spool is the queue: it holds what the server has not acknowledged, on disk,
+// so memory stays bounded however long the server is gone, and a crash loses
+// nothing a checkpoint counted.
+//
+// Resume: the checkpoint keeps the spool's length and the MLflow run id; a
+// resumed run continues the same MLflow run, cuts the spool back to that
+// length (as metrics.jsonl is), and gives each point it recomputes the
+// timestamp the spool had for that key and step, so the server, which keeps
+// one point per (key, step, timestamp, value), keeps each point once.
+//
+// The end: finish() spools the final checkpoint's path as a tag and the
+// status (FINISHED, FAILED, KILLED), then waits up to finish_timeout_s for
+// the server to take everything; what is left is reported with the command
+// that sends it (`kiln mlflow-sync <run dir>`).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/manifest.hpp"
+#include "metrics/logger.hpp"
+#include "metrics/mlflow_spool.hpp"
+#include "util/append_file.hpp"
+
+namespace kiln {
+
+class MlflowLogger final : public Logger {
+ public:
+  // `tracking_uri`: resolved (the manifest's, or MLFLOW_TRACKING_URI).
+  MlflowLogger(const MlflowConfig& config, std::string tracking_uri, const std::filesystem::path& run_dir);
+  ~MlflowLogger() override;
+  const char* name() const override { return "mlflow"; }
+  void set_hparams(const std::vector<HParam>& hparams) override { hparams_ = hparams; }
+  void open(const std::string& state) override;
+  void log(const LogRow& row) override;
+  void flush() override;
+  // "<spool length> <run id>" (the id "-" while the server has not made it).
+  std::string state() override;
+  void finish(const RunEnd& end) override;
+
+ private:
+  void append(const std::string& lines);
+  void ship_in_background();
+  void stop_thread();
+  std::string metric_key(const std::string& name);
+
+  MlflowConfig config_;
+  std::string uri_;
+  std::filesystem::path run_dir_;
+  MlflowFiles files_;
+  std::vector<HParam> hparams_;
+  std::optional<AppendFile> spool_;
+  // (key, step) -> the timestamp a point had before the resume recomputes it.
+  std::map<std::pair<std::string, int64_t>, int64_t> earlier_timestamps_;
+  std::map<std::string, std::string> keys_;  // metric name -> MLflow key (invalid characters replaced)
+
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::atomic<int64_t> published_{0};  // spool bytes whole lines reach
+  int64_t notified_at_ = 0;            // published_ when the thread was last woken for volume
+  bool stopping_ = false;              // finish() or the destructor
+  std::chrono::steady_clock::time_point deadline_;
+  // What the thread learnt, under mutex_.
+  std::string run_id_;
+  int64_t acked_ = 0;
+  int64_t refused_ = 0;
+  std::string last_error_;
+};
+
+// `kiln mlflow-sync <run dir>`: sends what a run's spool still holds,
+// retrying for up to `timeout_s`. Returns the process's exit code (0: nothing
+// left; 1: points still unsent, said in one line); throws InputError for a
+// directory with no MLflow spool.
+int mlflow_sync(const std::filesystem::path& run_dir, double timeout_s);
+
+}  // namespace kiln

@@ -1,0 +1,112 @@
+"""Reads a kiln run back from an MLflow server with MLflow's own client and
+checks it against the run directory: every metric's history
+(get_metric_history) equals metrics.jsonl's points for that name, and, for
+the names metrics.csv has, metrics.csv's column, exactly (value, step, count:
+nothing lost, nothing twice). Also the params, the status, the final
+checkpoint tag and the run id kiln recorded.
+
+usage: mlflow_history.py TRACKING_URI RUN_DIR [--status FINISHED] [--param key=value ...]
+Prints one line "ok: ..." and exits 0, or says what differs and exits 1.
+"""
+import csv
+import json
+import math
+import os
+import sys
+
+from mlflow.tracking import MlflowClient
+
+
+def same(a, b):
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def points_of_csv(path):
+    out = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            step = int(row["step"])
+            for k, v in row.items():
+                if k == "step" or v == "" or v is None:
+                    continue
+                out.setdefault(k, []).append((step, float(v)))
+    return out
+
+
+def points_of_jsonl(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            step = row["step"]
+            if row["kind"] == "epoch":
+                out.setdefault("epoch", []).append((step, float(row["epoch"])))
+            for k, v in row.items():
+                if k in ("kind", "epoch", "step"):
+                    continue
+                out.setdefault(k, []).append((step, float("nan") if v is None else float(v)))
+    return out
+
+
+def main():
+    uri, run_dir = sys.argv[1], sys.argv[2]
+    args = sys.argv[3:]
+    status = None
+    params = {}
+    while args:
+        if args[0] == "--status":
+            status = args[1]
+            args = args[2:]
+        elif args[0] == "--param":
+            k, v = args[1].split("=", 1)
+            params[k] = v
+            args = args[2:]
+        else:
+            sys.exit("unknown argument " + args[0])
+    info = json.load(open(os.path.join(run_dir, "mlflow", "run.json")))
+    run_id = info["run_id"]
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(run_id)
+    problems = []
+    runs = client.search_runs([run.info.experiment_id])
+    if len(runs) != 1:
+        problems.append(f"the experiment holds {len(runs)} runs, not 1")
+    expected = points_of_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+    from_csv = points_of_csv(os.path.join(run_dir, "metrics.csv"))
+    names = set(expected) | set(run.data.metrics)
+    for name in sorted(names):
+        history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
+        want = sorted(expected.get(name, []))
+        if len(history) != len(want) or not all(h[0] == w[0] and same(h[1], w[1]) for h, w in zip(history, want)):
+            problems.append(f"{name}: MLflow has {history[:6]}{'...' if len(history) > 6 else ''} ({len(history)} points), "
+                            f"metrics.jsonl {want[:6]} ({len(want)} points)")
+    for name, want in from_csv.items():
+        if name in ("epoch",) and name not in expected:
+            continue
+        history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
+        got = [p for p in history if p[0] in {s for s, _ in want}]
+        want = sorted(want)
+        if len(got) != len(want) or not all(g[0] == w[0] and same(g[1], w[1]) for g, w in zip(got, want)):
+            problems.append(f"{name}: MLflow has {got[:6]} at metrics.csv's steps, metrics.csv {want[:6]}")
+    if status and run.info.status != status:
+        problems.append(f"status {run.info.status}, not {status}")
+    for k, v in params.items():
+        if run.data.params.get(k) != v:
+            problems.append(f"param {k} = {run.data.params.get(k)!r}, not {v!r}")
+    if status == "FINISHED":
+        tag = run.data.tags.get("kiln.final_checkpoint", "")
+        if tag and not os.path.exists(tag):
+            problems.append(f"kiln.final_checkpoint names {tag}, which does not exist")
+    for key, value in run.data.tags.items():
+        for secret in ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+            if os.environ.get(secret) and os.environ[secret] in value:
+                problems.append(f"tag {key} holds {secret}")
+    if problems:
+        print("\n".join(problems))
+        sys.exit(1)
+    total = sum(len(v) for v in expected.values())
+    print(f"ok: run {run_id}: {len(names)} metrics, {total} points equal metrics.jsonl and metrics.csv; "
+          f"{len(run.data.params)} params; status {run.info.status}; tags {sorted(run.data.tags)}")
+
+
+main()
