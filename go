@@ -116,6 +116,22 @@ install_check_python() {
   check_args=(-DKILN_CHECK_PYTHON="$PWD/$py")
 }
 
+# A real MLflow server and MLflow's own client for the mlflow logger's tests
+# (tests/integration/mlflow_test.cpp), in a venv of their own: MLflow pins
+# much of the scientific stack, which must not move the check venv's. The
+# Debian variant only (one variant suffices: the logger has no LibTorch).
+MLFLOW_VERSION=3.17.2
+MLFLOW_VENV=${KILN_MLFLOW_VENV:-.venv-mlflow}
+install_mlflow_python() {
+  local py="$MLFLOW_VENV/bin/python"
+  if ! "$py" -c "import importlib.metadata as m, sys; sys.exit(m.version('mlflow') != '$MLFLOW_VERSION')" 2>/dev/null; then
+    [ -x "$py" ] || /usr/bin/python3 -m venv "$MLFLOW_VENV"
+    echo "go: installing mlflow==$MLFLOW_VERSION for the mlflow logger's tests"
+    "$py" -m pip install -q --disable-pip-version-check "mlflow==$MLFLOW_VERSION"
+  fi
+  check_args+=(-DKILN_MLFLOW_PYTHON="$PWD/$py")
+}
+
 # build [CMAKE_ARGS...]: configures and builds BUILD_TARGETS (default: all).
 BUILD_TARGETS=()
 build() {
@@ -222,6 +238,7 @@ case "${1:-}" in
           # about two thirds of -O3's time; LibTorch's kernels are built already.
           build -DKILN_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG"
         else
+          install_mlflow_python
           build
         fi
         # Slow checks run in one variant only (KILN_ONLY_IN_VARIANT, docs/testing.md).

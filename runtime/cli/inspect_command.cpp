@@ -66,6 +66,15 @@ int inspect_checkpoint(const std::filesystem::path& path) {
               << rank_file_path(path.parent_path(), meta.rank_files.prefix, 0, static_cast<int>(ranks.size())).string()
               << " and the others\n";
   }
+  // The mlflow logger's state: "<spool length> <run id>" (metrics/mlflow_logger.hpp).
+  if (file.has("logger/mlflow")) {
+    const std::string state(file.section("logger/mlflow"));
+    const std::string id = state.substr(state.find(' ') + 1);
+    std::cout << "  mlflow:        " << (id == "-" || id.empty() ? std::string("run not created yet (its id is in the run "
+                                                                              "directory's mlflow/run.json once made)")
+                                                                 : "mlflow run " + id)
+              << "\n";
+  }
   return kExitOk;
 }
 

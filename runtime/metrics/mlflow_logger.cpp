@@ -102,7 +102,7 @@ void MlflowLogger::open(const std::string& state) {
     std::error_code ec;
     const auto size = std::filesystem::file_size(files_.spool(), ec);
     if (!ec && static_cast<int64_t>(size) > length)
-      earlier_timestamps_ = spool_timestamps(read_range(files_.spool(), length, static_cast<int64_t>(size)));
+      earlier_points_ = spooled_points(read_range(files_.spool(), length, static_cast<int64_t>(size)));
     if (auto earlier = files_.read_run_info()) info.run_id = earlier->run_id;
     if (id != "-") info.run_id = id;
     files_.write_run_info(info);
@@ -137,12 +137,16 @@ void MlflowLogger::log(const LogRow& row) {
   std::string lines;
   auto point = [&](const std::string& name, double value) {
     const std::string key = metric_key(name);
-    int64_t t = now;
-    if (!earlier_timestamps_.empty()) {
-      const auto it = earlier_timestamps_.find({key, row.step});
-      if (it != earlier_timestamps_.end()) t = it->second;
+    if (!earlier_points_.empty()) {
+      const auto it = earlier_points_.find({key, row.step});
+      if (it != earlier_points_.end()) {
+        recomputed_differently_ += it->second.value != spool_value(value);
+        lines += spool_metric_text(key, it->second.value, row.step, it->second.timestamp_ms);
+        earlier_points_.erase(it);
+        return;
+      }
     }
-    lines += spool_metric(key, value, row.step, t);
+    lines += spool_metric(key, value, row.step, now);
   };
   // An epoch row carries `epoch`, as Lightning's loggers log it.
   if (row.kind == LogRow::Kind::epoch) point("epoch", static_cast<double>(row.epoch));
@@ -250,6 +254,10 @@ void MlflowLogger::finish(const RunEnd& end) {
   if (!end.final_checkpoint.empty())
     lines += spool_tag("kiln.final_checkpoint", std::filesystem::absolute(end.final_checkpoint).lexically_normal().string());
   lines += spool_end(status_name(end.status), now_ms());
+  if (recomputed_differently_ > 0)
+    spdlog::info("MLflow keeps the first value of {} point(s) the stopped run had logged and this one recomputed "
+                 "otherwise (timing metrics: kiln's resume recomputes the others bit for bit)",
+                 recomputed_differently_);
   append(lines);
   spool_->sync();
   {

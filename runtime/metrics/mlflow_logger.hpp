@@ -64,8 +64,11 @@ class MlflowLogger final : public Logger {
   MlflowFiles files_;
   std::vector<HParam> hparams_;
   std::optional<AppendFile> spool_;
-  // (key, step) -> the timestamp a point had before the resume recomputes it.
-  std::map<std::pair<std::string, int64_t>, int64_t> earlier_timestamps_;
+  // (key, step) -> the point the stopped run spooled after its checkpoint,
+  // which this resumed run recomputes: sent as it was first (the server may
+  // have it), so the server keeps one point.
+  std::map<std::pair<std::string, int64_t>, SpooledPoint> earlier_points_;
+  int64_t recomputed_differently_ = 0;  // of those, how many this run computed otherwise (timing metrics)
   std::map<std::string, std::string> keys_;  // metric name -> MLflow key (invalid characters replaced)
 
   std::thread thread_;

@@ -36,6 +36,16 @@ std::string metric_value(double v) {
   return python_float_repr(v);
 }
 
+// The "v" member's text as written (the shortest round-trip digits kiln
+// wrote, not a re-formatting of them).
+std::string json_value_text(const std::string& line) {
+  const size_t at = line.find(",\"v\":");
+  if (at == std::string::npos) return "null";
+  const size_t begin = at + 5;
+  const size_t end = line.find(",\"s\":", begin);
+  return line.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
 }  // namespace
 
 int64_t now_ms() {
@@ -43,9 +53,13 @@ int64_t now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string spool_metric(const std::string& key, double value, int64_t step, int64_t timestamp_ms) {
-  return "{\"m\":" + json_string(key) + ",\"v\":" + metric_value(value) + ",\"s\":" + std::to_string(step) +
+std::string spool_value(double value) { return metric_value(value); }
+std::string spool_metric_text(const std::string& key, const std::string& value, int64_t step, int64_t timestamp_ms) {
+  return "{\"m\":" + json_string(key) + ",\"v\":" + value + ",\"s\":" + std::to_string(step) +
          ",\"t\":" + std::to_string(timestamp_ms) + "}\n";
+}
+std::string spool_metric(const std::string& key, double value, int64_t step, int64_t timestamp_ms) {
+  return spool_metric_text(key, metric_value(value), step, timestamp_ms);
 }
 std::string spool_param(const std::string& key, const std::string& value) {
   return "{\"p\":" + json_string(key) + ",\"v\":" + json_string(value) + "}\n";
@@ -57,14 +71,16 @@ std::string spool_end(const std::string& status, int64_t timestamp_ms) {
   return "{\"end\":" + json_string(status) + ",\"t\":" + std::to_string(timestamp_ms) + "}\n";
 }
 
-std::map<std::pair<std::string, int64_t>, int64_t> spool_timestamps(const std::string& bytes) {
-  std::map<std::pair<std::string, int64_t>, int64_t> out;
+std::map<std::pair<std::string, int64_t>, SpooledPoint> spooled_points(const std::string& bytes) {
+  std::map<std::pair<std::string, int64_t>, SpooledPoint> out;
   std::istringstream in(bytes);
   for (std::string line; std::getline(in, line);) {
     if (in.eof()) break;  // a torn last line
     try {
       const json j = json::parse(line);
-      if (j.contains("m")) out.emplace(std::make_pair(j["m"].get<std::string>(), j["s"].get<int64_t>()), j["t"].get<int64_t>());
+      if (j.contains("m"))
+        out.emplace(std::make_pair(j["m"].get<std::string>(), j["s"].get<int64_t>()),
+                    SpooledPoint{j["t"].get<int64_t>(), j["v"].is_string() ? j["v"].dump() : json_value_text(line)});
     } catch (const json::exception&) {
     }
   }

@@ -56,10 +56,18 @@ std::string spool_param(const std::string& key, const std::string& value);
 std::string spool_tag(const std::string& key, const std::string& value);
 std::string spool_end(const std::string& status, int64_t timestamp_ms);
 
-// The timestamps of the metric points in `bytes` (spool lines), by key and
-// step: a resumed run gives a point it recomputes the timestamp the first
-// one had, so that the server keeps one.
-std::map<std::pair<std::string, int64_t>, int64_t> spool_timestamps(const std::string& bytes);
+// A metric point as the spool holds it: its value as JSON text.
+struct SpooledPoint {
+  int64_t timestamp_ms = 0;
+  std::string value;  // "0.41", "\"NaN\""
+};
+// The metric points in `bytes` (spool lines), by key and step: a resumed run
+// sends a point it recomputes as the first one was spooled (the server may
+// have it), so that the server keeps one.
+std::map<std::pair<std::string, int64_t>, SpooledPoint> spooled_points(const std::string& bytes);
+// A metric point's value as the spool writes it.
+std::string spool_value(double value);
+std::string spool_metric_text(const std::string& key, const std::string& value, int64_t step, int64_t timestamp_ms);
 // How many records `bytes` holds (whole lines).
 int64_t spool_records(const std::string& bytes);
 

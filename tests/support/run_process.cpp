@@ -104,6 +104,7 @@ std::filesystem::path fashion_mnist_root() {
   return root && *root ? root : "/usr/share/datasets/fashion-mnist";
 }
 std::filesystem::path check_python() { return KILN_TEST_CHECK_PYTHON; }
+std::filesystem::path mlflow_python() { return KILN_TEST_MLFLOW_PYTHON; }
 
 ProcessResult kiln(const std::vector<std::string>& args, const ProcessOptions& options) {
   std::vector<std::string> argv{kiln_exe().string()};

@@ -75,6 +75,16 @@ std::filesystem::path check_python();
                       "does): file checked by its real reader not run";                       \
   } while (0)
 
+// Python with mlflow (its server and client), or empty: set by ./go test
+// (KILN_MLFLOW_PYTHON) in the Debian variant.
+std::filesystem::path mlflow_python();
+#define KILN_REQUIRE_MLFLOW_PYTHON()                                                            \
+  do {                                                                                          \
+    if (::kiln::test::mlflow_python().empty())                                                  \
+      GTEST_SKIP() << "no Python with mlflow (./go test installs it in the Debian variant; "   \
+                      "-DKILN_MLFLOW_PYTHON=...): the mlflow logger against a real server not run"; \
+  } while (0)
+
 // A slow check that one variant of CI is enough for (docs/testing.md):
 // ./go sets KILN_TEST_VARIANT to "debian" or "wheel"; a test marked for the
 // other one skips with one line. Unset (ctest by hand), every test runs.
