@@ -91,6 +91,11 @@ bool takes_string(const KeyPath& path) {
     const KeySchema* k = find_key_schema(path[0], path[1]);
     return k && k->takes_string();
   }
+  // A key of a host table inside a table ([logging.mlflow]).
+  if (path.size() == 3 && !starts_with(path[1], "[")) {
+    const KeySchema* k = find_key_schema(path[0] + "." + path[1], path[2]);
+    if (k) return k->takes_string();
+  }
   return path.size() == 3 && path[0] == "callbacks" && starts_with(path[1], "[") && plugin_string_key(path[2]);
 }
 

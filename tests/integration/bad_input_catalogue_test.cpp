@@ -163,7 +163,24 @@ std::vector<BadInput> catalogue() {
       {"manifest_unknown_logger", [](Case& c) {
          write_file(c.manifest, read_file(c.manifest) + "[logging]\nloggers = [\"csv\", \"tensorbord\"]\n");
          c.args = fit(c);
-         c.names = "logging.loggers[1] must be 'csv', 'jsonl' or 'tensorboard', not 'tensorbord' (did you mean 'tensorboard'?)";
+         c.names = "logging.loggers[1] must be 'csv', 'jsonl', 'tensorboard' or 'mlflow', not 'tensorbord' (did you mean 'tensorboard'?)";
+       }},
+      {"mlflow_tracking_uri_with_a_password", [](Case& c) {
+         write_file(c.manifest, read_file(c.manifest) + "[logging]\nloggers = [\"mlflow\"]\n[logging.mlflow]\n"
+                                                        "tracking_uri = \"http://alice:hunter2@127.0.0.1:5000\"\n");
+         c.args = fit(c);
+         c.names = "logging.mlflow.tracking_uri must not hold a user name or password";
+       }},
+      {"mlflow_unknown_key", [](Case& c) {
+         write_file(c.manifest, read_file(c.manifest) + "[logging]\nloggers = [\"mlflow\"]\n[logging.mlflow]\n"
+                                                        "trackin_uri = \"http://127.0.0.1:5000\"\n");
+         c.args = fit(c);
+         c.names = "unknown key 'trackin_uri' in [logging.mlflow] (did you mean 'tracking_uri'?)";
+       }},
+      {"mlflow_without_a_server", [](Case& c) {
+         write_file(c.manifest, read_file(c.manifest) + "[logging]\nloggers = [\"mlflow\"]\n");
+         c.args = fit(c);
+         c.names = "logging.loggers names \"mlflow\" but no server: set logging.mlflow.tracking_uri";
        }},
       {"manifest_loggers_not_an_array", [](Case& c) { write_file(c.manifest, read_file(c.manifest) + "[logging]\nloggers = \"jsonl\"\n"); c.args = fit(c); c.names = "logging.loggers must be an array"; }},
       {"manifest_plugin_key_wrong_type", [](Case& c) { rewrite_manifest(c, "hidden = [16]", "hidden = \"sixteen\""); c.args = fit(c); c.names = "hidden"; }},
@@ -187,7 +204,7 @@ std::vector<BadInput> catalogue() {
       {"set_unknown_key", [](Case& c) { c.args = fit(c, {"--set", "trainer.nope=1"}); c.names = "nope"; }},
       {"set_wrong_type", [](Case& c) { c.args = fit(c, {"--set", "trainer.max_epochs=abc"}); c.names = "max_epochs"; }},
       {"set_bad_array_index", [](Case& c) { c.args = fit(c, {"--set", "callbacks[x].patience=1"}); c.names = "callbacks[x]"; }},
-      {"set_unknown_logger", [](Case& c) { c.args = fit(c, {"--set", "logging.loggers=[\"wandb\"]"}); c.names = "logging.loggers[0] must be 'csv', 'jsonl' or 'tensorboard', not 'wandb'"; }},
+      {"set_unknown_logger", [](Case& c) { c.args = fit(c, {"--set", "logging.loggers=[\"wandb\"]"}); c.names = "logging.loggers[0] must be 'csv', 'jsonl', 'tensorboard' or 'mlflow', not 'wandb'"; }},
       {"set_unparsable_number", [](Case& c) { c.args = fit(c, {"--set", "optimizer.lr=1e"}); c.names = "lr"; }},
       // --- devices and precision (refused on any machine: with or without a GPU) --
       {"device_index_past_the_gpus", [](Case& c) { c.args = fit(c, {"--set", "run.device=cuda:4095"}); c.names = "run.device = 'cuda:4095'"; }},

@@ -203,7 +203,7 @@ TEST(Loggers, ContinueTheirFilesFromACheckpointsStateWithoutRepeatingRows) {
 }
 
 TEST(Loggers, KnowTheirNamesAndWriteNothingBeforeTheFirstRow) {
-  EXPECT_EQ(logger_names(), (std::vector<std::string>{"csv", "jsonl", "tensorboard"}));
+  EXPECT_EQ(logger_names(), (std::vector<std::string>{"csv", "jsonl", "tensorboard", "mlflow"}));
   test::TempDir dir("kiln-loggers");
   std::ofstream(dir.path() / "metrics.jsonl") << "a fit's rows\n";
   Loggers loggers(LoggingConfig{{"csv", "jsonl", "tensorboard"}}, dir.path());

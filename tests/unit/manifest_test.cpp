@@ -446,12 +446,12 @@ TEST_F(ManifestTest, LoggersDefaultToCsvAndTakeAnyOfTheKnownNames) {
 
 TEST_F(ManifestTest, AnUnknownLoggerIsNamedWithTheKnownOnesAndASuggestion) {
   EXPECT_EQ(error(std::string(kMinimal) + "[logging]\nloggers = [\"csv\", \"tensorbord\"]\n"),
-            at(7, 19) + "logging.loggers[1] must be 'csv', 'jsonl' or 'tensorboard', not 'tensorbord' (did you mean "
+            at(7, 19) + "logging.loggers[1] must be 'csv', 'jsonl', 'tensorboard' or 'mlflow', not 'tensorbord' (did you mean "
                         "'tensorboard'?)");
   EXPECT_EQ(error(std::string(kMinimal) + "[logging]\nloggers = [\"csv\", \"csv\"]\n"),
             at(7, 19) + "logging.loggers lists 'csv' twice");
   EXPECT_EQ(error(std::string(kMinimal) + "[logging]\nloggers = \"jsonl\"\n"),
-            at(7, 11) + "logging.loggers must be an array of 'csv', 'jsonl' or 'tensorboard', not a string (write "
+            at(7, 11) + "logging.loggers must be an array of 'csv', 'jsonl', 'tensorboard' or 'mlflow', not a string (write "
                         "[\"jsonl\"])");
 }
 

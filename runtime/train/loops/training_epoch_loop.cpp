@@ -88,7 +88,7 @@ TrainingEpochLoop::Result TrainingEpochLoop::run(int64_t epoch, int64_t first_sa
     spdlog::warn("trainer.val_check_interval = {} is more than the {} training batches of epoch {}: it validates at "
                  "the epoch's end only",
                  validation->every.count, n, epoch);
-  c.progress.begin(fmt::format("epoch {}", epoch), n);
+  c.progress.begin(fmt::format("epoch {}", epoch), n, {epoch, c.max_epochs > 0 ? c.max_epochs - 1 : -1});
   optimization_.step.clear_gradients();
   int64_t b = first_batch;
   for (; b < n; ++b) {

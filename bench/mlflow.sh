@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What the mlflow logger costs the step loop: the overhead-bound mlp32
+# (bench/mlp32.toml), 1 thread, a step row every step (log_every_n_steps = 1:
+# 1,875 rows an epoch, 4 points each), with
+#   none         logging.loggers = []
+#   mlflow       a real `mlflow server` on loopback (SQLite store)
+#   mlflow-slow  a server that answers every log-batch after 5 s (Python's
+#                http.server), so the background thread is always waiting
+# alternated ROUNDS times; the median of each side's epochs (kiln's first
+# epoch of each run left out as its warm-up). Needs the mlflow venv of
+# ./go test (.venv-mlflow, or KILN_MLFLOW_PYTHON).
+#   bench/mlflow.sh [ROUNDS]      (default 3)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${KILN_BUILD_DIR:-build}
+py=${KILN_MLFLOW_PYTHON:-.venv-mlflow/bin/python}
+rounds=${1:-3}
+cmake --build "$build" -j2 --target kiln kiln_mlp kiln_fashion_mnist >/dev/null
+out=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill -- -"$p" 2>/dev/null || true; done; rm -rf "$out"' EXIT
+port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+real=$(port)
+setsid "$(dirname "$py")/mlflow" server --backend-store-uri "sqlite:///$out/mlflow.db" --default-artifact-root "$out/a" \
+  --host 127.0.0.1 --port "$real" --workers 1 >"$out/server.log" 2>&1 &
+pids+=($!)
+slow=$(port)
+cat >"$out/slow.py" <<PY
+import http.server, json, time
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(data))); self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self.reply({"experiment": {"experiment_id": "1"}})
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path.endswith("runs/create"):
+            return self.reply({"run": {"info": {"run_id": "slow"}}})
+        time.sleep(5)
+        self.reply({})
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", $slow), H).serve_forever()
+PY
+setsid "$py" "$out/slow.py" &
+pids+=($!)
+for i in $(seq 1 300); do curl -sf "http://127.0.0.1:$real/health" >/dev/null && break; sleep 0.2; done
+
+run() {  # run <name> <loggers> [uri]
+  local name=$1 loggers=$2 uri=${3:-}
+  local args=(--set trainer.log_every_n_steps=1 --set trainer.progress=none --set trainer.test_after_fit=false
+    --set "logging.loggers=$loggers" --set run.dir="$out/run-$name" --set logging.mlflow.finish_timeout_s=1
+    --set logging.mlflow.required=false)
+  [ -n "$uri" ] && args+=(--set "logging.mlflow.tracking_uri=$uri")
+  "$build/bin/kiln" fit bench/mlp32.toml "${args[@]}" >"$out/$name.log" 2>&1 || { cat "$out/$name.log" >&2; exit 1; }
+  # Epochs 1 and 2 (epoch 0 is the warm-up).
+  grep -o 'epoch [12]/[0-9]* .*(\([0-9.]*\) s' "$out/$name.log" | sed 's/.*(\([0-9.]*\) s/\1/' >>"$out/$name.times"
+}
+for r in $(seq 1 "$rounds"); do
+  run none '[]'
+  run mlflow '["mlflow"]' "http://127.0.0.1:$real"
+  run mlflow-slow '["mlflow"]' "http://127.0.0.1:$slow"
+done
+median() { sort -n "$1" | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+base=$(median "$out/none.times")
+printf "%-12s %14s %10s\n" loggers "epoch s (med)" "vs none"
+for name in none mlflow mlflow-slow; do
+  m=$(median "$out/$name.times")
+  printf "%-12s %14s %10s\n" "$name" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {printf "%.3f", a / b}')"
+done
+grep -h "records not sent\|has every point" "$out"/mlflow*.log | sed 's/^/  /' | sort | uniq -c | head -4
