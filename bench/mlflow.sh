@@ -3,6 +3,8 @@
 # (bench/mlp32.toml), 1 thread, a step row every step (log_every_n_steps = 1:
 # 1,875 rows an epoch, 4 points each), with
 #   none         logging.loggers = []
+#   jsonl        logging.loggers = ["jsonl"]: what any logger of step rows
+#                costs (the rows themselves: the loss read back each step)
 #   mlflow       a real `mlflow server` on loopback (SQLite store)
 #   mlflow-slow  a server that answers every log-batch after 5 s (Python's
 #                http.server), so the background thread is always waiting
@@ -60,13 +62,14 @@ run() {  # run <name> <loggers> [uri]
 }
 for r in $(seq 1 "$rounds"); do
   run none '[]'
+  run jsonl '["jsonl"]'
   run mlflow '["mlflow"]' "http://127.0.0.1:$real"
   run mlflow-slow '["mlflow"]' "http://127.0.0.1:$slow"
 done
 median() { sort -n "$1" | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 base=$(median "$out/none.times")
 printf "%-12s %14s %10s\n" loggers "epoch s (med)" "vs none"
-for name in none mlflow mlflow-slow; do
+for name in none jsonl mlflow mlflow-slow; do
   m=$(median "$out/$name.times")
   printf "%-12s %14s %10s\n" "$name" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {printf "%.3f", a / b}')"
 done

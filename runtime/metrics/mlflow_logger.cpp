@@ -27,6 +27,9 @@ constexpr auto kSendInterval = std::chrono::milliseconds(1000);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(5000);
 // Unsent bytes that wake the thread before its interval (about 1,000 points).
 constexpr int64_t kWakeBytes = 64 * 1024;
+// Spool writes: at least this much, or this long after the last.
+constexpr size_t kPendingBytes = 64 * 1024;
+constexpr auto kPendingTime = std::chrono::milliseconds(250);
 // MLflow's longest param value (6,000 characters since MLflow 2).
 constexpr size_t kMaxParamValue = 6000;
 
@@ -114,6 +117,7 @@ void MlflowLogger::open(const std::string& state) {
     if (files_.read_acked() > spool_->size()) files_.write_acked(spool_->size());
   }
   run_id_ = info.run_id;
+  last_write_ = std::chrono::steady_clock::now();
   published_ = spool_->size();
   notified_at_ = spool_->size();
   thread_ = std::thread([this] { ship_in_background(); });
@@ -156,7 +160,16 @@ void MlflowLogger::log(const LogRow& row) {
 
 void MlflowLogger::append(const std::string& lines) {
   if (lines.empty()) return;
-  spool_->append(lines);
+  pending_ += lines;
+  const auto now = std::chrono::steady_clock::now();
+  if (pending_.size() >= kPendingBytes || now - last_write_ >= kPendingTime) write_pending();
+}
+
+void MlflowLogger::write_pending() {
+  last_write_ = std::chrono::steady_clock::now();
+  if (pending_.empty()) return;
+  spool_->append(pending_);
+  pending_.clear();
   published_.store(spool_->size(), std::memory_order_release);
   if (spool_->size() - notified_at_ >= kWakeBytes) {
     notified_at_ = spool_->size();
@@ -165,11 +178,14 @@ void MlflowLogger::append(const std::string& lines) {
 }
 
 void MlflowLogger::flush() {
-  if (spool_) spool_->sync();
+  if (!spool_) return;
+  write_pending();
+  spool_->sync();
 }
 
 std::string MlflowLogger::state() {
   if (!spool_) return "";
+  write_pending();
   spool_->sync();
   std::lock_guard lock(mutex_);
   return std::to_string(spool_->size()) + " " + (run_id_.empty() ? "-" : run_id_);
@@ -254,11 +270,12 @@ void MlflowLogger::finish(const RunEnd& end) {
   if (!end.final_checkpoint.empty())
     lines += spool_tag("kiln.final_checkpoint", std::filesystem::absolute(end.final_checkpoint).lexically_normal().string());
   lines += spool_end(status_name(end.status), now_ms());
+  pending_ += lines;
+  write_pending();
   if (recomputed_differently_ > 0)
     spdlog::info("MLflow keeps the first value of {} point(s) the stopped run had logged and this one recomputed "
                  "otherwise (timing metrics: kiln's resume recomputes the others bit for bit)",
                  recomputed_differently_);
-  append(lines);
   spool_->sync();
   {
     std::lock_guard lock(mutex_);

@@ -2,7 +2,7 @@
 // tracking server ([logging.mlflow]; docs/logging.md, "MLflow").
 //
 // Nothing it does waits on the server. log() appends the row's points to the
-// spool (metrics/mlflow_spool.hpp: a write, no fsync) and returns; a
+// spool (metrics/mlflow_spool.hpp: buffered, no fsync) and returns; a
 // background thread sends the spool's unsent part in log-batch requests,
 // about once a second, retrying with backoff while the server is away. The
 // spool is the queue: it holds what the server has not acknowledged, on disk,
@@ -54,6 +54,7 @@ class MlflowLogger final : public Logger {
 
  private:
   void append(const std::string& lines);
+  void write_pending();
   void ship_in_background();
   void stop_thread();
   std::string metric_key(const std::string& name);
@@ -64,6 +65,12 @@ class MlflowLogger final : public Logger {
   MlflowFiles files_;
   std::vector<HParam> hparams_;
   std::optional<AppendFile> spool_;
+  // Rows not yet in the spool file: written in one append every 64 KiB or
+  // 250 ms (a write a row would cost a step-bound run more than 1 %), and
+  // always before a checkpoint records the spool's length. A crash loses
+  // only rows after the last checkpoint, which a resume recomputes.
+  std::string pending_;
+  std::chrono::steady_clock::time_point last_write_;
   // (key, step) -> the point the stopped run spooled after its checkpoint,
   // which this resumed run recomputes: sent as it was first (the server may
   // have it), so the server keeps one point.

@@ -121,7 +121,8 @@ ProcessResult history_check(const std::string& uri, const fs::path& run_dir, con
 // act mid-run; every step logged (log_every_n_steps = 1).
 fs::path mlflow_manifest(const TempDir& dir, const std::string& uri, const std::string& model = "",
                          const std::string& trainer = "max_epochs = 3\nlimit_train_batches = 12\n",
-                         const std::string& mlflow = "") {
+                         // A bound against a hang: the end waits for the server only as long as it takes.
+                         const std::string& mlflow = "finish_timeout_s = 600\n") {
   return recorder_manifest(dir, model, "size = 256\n", "",
                            trainer + "batch_size = 8\nlog_every_n_steps = 1\n\n[checkpoint]\nevery_n_epochs = 1\n\n[logging]\n"
                                      "loggers = [\"csv\", \"jsonl\", \"mlflow\"]\n\n[logging.mlflow]\ntracking_uri = \"" +
@@ -265,7 +266,7 @@ TEST(Mlflow, AKilledKilnResumedContinuesTheSameRunWithoutDuplicates) {
   // Exactly, but for the step timings both runs measured (MLflow keeps the
   // first; see mlflow_history.py): the points are there once each.
   const ProcessResult h = history_check(server.uri(), dir / "run", {"--status", "FINISHED", "--timing-may-differ"});
-  EXPECT_EQ(h.exit_code, 0) << h.output;
+  EXPECT_EQ(h.exit_code, 0) << h.output << "\nthe resumed run said:\n" << resumed.output;
 }
 
 TEST(Mlflow, TwoProcessesSendFromRankZeroOnly) {
