@@ -67,7 +67,14 @@ std::string points_phrase(int64_t n) { return std::to_string(n) + (n == 1 ? " re
 MlflowLogger::MlflowLogger(const MlflowConfig& config, std::string tracking_uri, const std::filesystem::path& run_dir)
     : config_(config), uri_(std::move(tracking_uri)), run_dir_(run_dir), files_(run_dir) {}
 
-MlflowLogger::~MlflowLogger() { stop_thread(); }
+MlflowLogger::~MlflowLogger() {
+  // Not finished (a failure before the end): what is buffered still goes to the spool.
+  try {
+    if (spool_) write_pending();
+  } catch (const std::exception&) {
+  }
+  stop_thread();
+}
 
 void MlflowLogger::open(const std::string& state) {
   std::filesystem::create_directories(files_.dir);
@@ -78,7 +85,9 @@ void MlflowLogger::open(const std::string& state) {
   info.tags = config_.tags;
   info.tags.emplace("kiln.run_dir", std::filesystem::absolute(run_dir_).lexically_normal().string());
   if (state.empty()) {
-    // A new run: a new MLflow run, its params first in the spool.
+    // A new run: a new MLflow run, its params first in the spool. What an
+    // earlier run in this directory had not sent is kept aside, not lost.
+    keep_unsent_spool();
     std::error_code ignored;
     std::filesystem::remove(files_.acked(), ignored);
     files_.write_run_info(info);
@@ -121,6 +130,19 @@ void MlflowLogger::open(const std::string& state) {
   published_ = spool_->size();
   notified_at_ = spool_->size();
   thread_ = std::thread([this] { ship_in_background(); });
+}
+
+void MlflowLogger::keep_unsent_spool() {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(files_.spool(), ec);
+  if (ec || static_cast<int64_t>(size) <= files_.read_acked()) return;
+  const int64_t left = spool_records(read_range(files_.spool(), files_.read_acked(), static_cast<int64_t>(size)));
+  if (left == 0) return;
+  const std::filesystem::path kept = run_dir_ / ("mlflow-unsent-" + std::to_string(now_ms()));
+  std::filesystem::rename(files_.dir, kept);
+  std::filesystem::create_directories(files_.dir);
+  spdlog::warn("an earlier run in {} had {} not sent to MLflow: kept in {}; send them with `kiln mlflow-sync {}`",
+               run_dir_.string(), points_phrase(left), kept.string(), kept.string());
 }
 
 std::string MlflowLogger::metric_key(const std::string& name) {
@@ -339,7 +361,8 @@ void check_mlflow_server(const LoggerContext& context) {
 }
 
 int mlflow_sync(const std::filesystem::path& run_dir, double timeout_s) {
-  const MlflowFiles files(run_dir);
+  // A run directory, or a spool kept aside (mlflow-unsent-*) itself.
+  const MlflowFiles files = std::filesystem::exists(run_dir / "run.json") ? MlflowFiles::in(run_dir) : MlflowFiles(run_dir);
   const auto info = files.read_run_info();
   std::error_code ec;
   const auto size = std::filesystem::file_size(files.spool(), ec);

@@ -55,6 +55,7 @@ class MlflowLogger final : public Logger {
  private:
   void append(const std::string& lines);
   void write_pending();
+  void keep_unsent_spool();
   void ship_in_background();
   void stop_thread();
   std::string metric_key(const std::string& name);

@@ -39,6 +39,12 @@ struct MlflowRunInfo {
 
 struct MlflowFiles {
   explicit MlflowFiles(const std::filesystem::path& run_dir) : dir(run_dir / "mlflow") {}
+  // The files in `folder` itself (a spool an earlier run left, kept aside).
+  static MlflowFiles in(const std::filesystem::path& folder) {
+    MlflowFiles f(folder);
+    f.dir = folder;
+    return f;
+  }
   std::filesystem::path dir;
   std::filesystem::path spool() const { return dir / "spool.jsonl"; }
   std::filesystem::path acked() const { return dir / "acked"; }

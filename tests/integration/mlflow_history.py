@@ -33,6 +33,8 @@ def timing(name):
 
 def points_of_csv(path):
     out = {}
+    if not os.path.exists(path):  # no epoch row yet (a run that failed in its first epoch)
+        return out
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
             step = int(row["step"])

@@ -58,10 +58,12 @@ bool healthy(int port) {
 }
 
 // A real MLflow tracking server, in its own process group (it starts
-// uvicorn workers), on a SQLite file that outlives stop() and start().
+// uvicorn workers), on a SQLite file that outlives kill() and start(). In a
+// directory of its own: a test that signals the processes naming its run's
+// directory must not reach the server.
 class MlflowServer {
  public:
-  explicit MlflowServer(const fs::path& dir) : dir_(dir), port_(unused_port()) { fs::create_directories(dir); }
+  MlflowServer() : dir_(home_.path()), port_(unused_port()) {}
   ~MlflowServer() { kill(); }
   std::string uri() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
@@ -102,6 +104,7 @@ class MlflowServer {
   }
 
  private:
+  TempDir home_{"kiln-mlflow-server"};
   fs::path dir_;
   int port_;
   pid_t pid_ = -1;
@@ -146,7 +149,7 @@ int64_t acked(const fs::path& run_dir) {
 TEST(Mlflow, ANormalRunsHistoryEqualsItsFilesWithParamsTagsStatusAndRunId) {
   KILN_REQUIRE_MLFLOW_PYTHON();
   TempDir dir("kiln-mlflow");
-  MlflowServer server(dir / "server");
+  MlflowServer server;
   ASSERT_NO_FATAL_FAILURE(server.start());
   const auto manifest = mlflow_manifest(dir, server.uri());
   const ProcessResult r = kiln({"fit", manifest.string()});
@@ -174,7 +177,7 @@ TEST(Mlflow, ANormalRunsHistoryEqualsItsFilesWithParamsTagsStatusAndRunId) {
 TEST(Mlflow, AServerDownAtStartIsOneWarningThenTheRunReachesItOnceStarted) {
   KILN_REQUIRE_MLFLOW_PYTHON();
   TempDir dir("kiln-mlflow");
-  MlflowServer server(dir / "server");
+  MlflowServer server;
   const auto manifest = mlflow_manifest(dir, server.uri(), "step_ms = 20\n", "max_epochs = 3\nlimit_train_batches = 12\n",
                                         "required = false\nfinish_timeout_s = 300\n");
   BackgroundRun run(dir, [&] { return kiln({"fit", manifest.string()}); });
@@ -194,7 +197,7 @@ TEST(Mlflow, AServerDownAtStartIsOneWarningThenTheRunReachesItOnceStarted) {
 TEST(Mlflow, WhatTheEndCouldNotSendIsReportedAndMlflowSyncSendsIt) {
   KILN_REQUIRE_MLFLOW_PYTHON();
   TempDir dir("kiln-mlflow");
-  MlflowServer server(dir / "server");
+  MlflowServer server;
   const auto manifest = mlflow_manifest(dir, server.uri(), "", "max_epochs = 2\nlimit_train_batches = 6\n",
                                         "required = false\nfinish_timeout_s = 0.5\n");
   const ProcessResult r = kiln({"fit", manifest.string()});
@@ -213,12 +216,29 @@ TEST(Mlflow, WhatTheEndCouldNotSendIsReportedAndMlflowSyncSendsIt) {
   const ProcessResult again = kiln({"mlflow-sync", (dir / "run").string()});
   EXPECT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(history_check(server.uri(), dir / "run").exit_code, 0);
+  // A new run in the same directory, the server down again: the first
+  // run's spool is all sent, so nothing is kept; the second's unsent records
+  // are kept aside by a third run, and mlflow-sync sends them from there.
+  server.kill();
+  for (int run = 0; run < 2; ++run) {
+    const ProcessResult fresh = kiln({"fit", manifest.string()});
+    ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+    EXPECT_EQ(fresh.output.find("mlflow-unsent-") != std::string::npos, run == 1) << fresh.output;
+  }
+  fs::path kept;
+  for (const auto& entry : fs::directory_iterator(dir / "run"))
+    if (entry.path().filename().string().rfind("mlflow-unsent-", 0) == 0) kept = entry.path();
+  ASSERT_FALSE(kept.empty());
+  ASSERT_NO_FATAL_FAILURE(server.start());
+  const ProcessResult aside = kiln({"mlflow-sync", kept.string()});
+  EXPECT_EQ(aside.exit_code, 0) << aside.output;
+  EXPECT_NE(aside.output.find("nothing is left"), std::string::npos) << aside.output;
 }
 
 TEST(Mlflow, AServerKilledMidRunAndRestartedLosesNothing) {
   KILN_REQUIRE_MLFLOW_PYTHON();
   TempDir dir("kiln-mlflow");
-  MlflowServer server(dir / "server");
+  MlflowServer server;
   ASSERT_NO_FATAL_FAILURE(server.start());
   const auto manifest = mlflow_manifest(dir, server.uri(), "step_ms = 25\n", "max_epochs = 3\nlimit_train_batches = 30\n",
                                         "finish_timeout_s = 300\n");
@@ -239,7 +259,7 @@ TEST(Mlflow, AServerKilledMidRunAndRestartedLosesNothing) {
 TEST(Mlflow, AKilledKilnResumedContinuesTheSameRunWithoutDuplicates) {
   KILN_REQUIRE_MLFLOW_PYTHON();
   TempDir dir("kiln-mlflow");
-  MlflowServer server(dir / "server");
+  MlflowServer server;
   ASSERT_NO_FATAL_FAILURE(server.start());
   const auto manifest = mlflow_manifest(dir, server.uri(), "step_ms = 25\n", "max_epochs = 8\nlimit_train_batches = 20\n");
   {
@@ -269,10 +289,45 @@ TEST(Mlflow, AKilledKilnResumedContinuesTheSameRunWithoutDuplicates) {
   EXPECT_EQ(h.exit_code, 0) << h.output << "\nthe resumed run said:\n" << resumed.output;
 }
 
+// FAILED for a plugin's error, KILLED for Ctrl-C, with the points logged
+// before either.
+TEST(Mlflow, TheRunsStatusFollowsHowKilnEnded) {
+  KILN_REQUIRE_MLFLOW_PYTHON();
+  TempDir dir("kiln-mlflow");
+  MlflowServer server;
+  ASSERT_NO_FATAL_FAILURE(server.start());
+  const auto manifest = mlflow_manifest(dir, server.uri(), "step_ms = 20\n",
+                                        "max_epochs = 50\nlimit_train_batches = 6\nnum_sanity_val_steps = 0\n");
+  // A plugin error in the first validation: exit 1, FAILED.
+  const ProcessResult failed =
+      kiln({"fit", manifest.string(), "--set", "model.fail_at=[\"validation_step\"]", "--set",
+            "logging.mlflow.experiment=failed"});
+  ASSERT_EQ(failed.exit_code, 1) << failed.output;
+  const ProcessResult failed_history = history_check(server.uri(), dir / "run", {"--status", "FAILED"});
+  EXPECT_EQ(failed_history.exit_code, 0) << failed_history.output << "\n" << failed.output;
+  // Ctrl-C mid-fit: KILLED.
+  {
+    BackgroundRun run(dir, [&] {
+      return kiln({"fit", manifest.string(), "--set", "logging.mlflow.experiment=killed"});
+    });
+    const auto until = std::chrono::steady_clock::now() + 120s * timeout_scale();
+    const fs::path ckpt = dir / "run" / "checkpoints";
+    while (!(fs::exists(ckpt) && !fs::is_empty(ckpt) && acked(dir / "run") > 0) &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(20ms);
+    for (pid_t p : processes_mentioning(dir.path().string())) ::kill(p, SIGINT);
+    const ProcessResult& r = run.result();
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.signal, 0) << r.output;
+  }
+  const ProcessResult h = history_check(server.uri(), dir / "run", {"--status", "KILLED"});
+  EXPECT_EQ(h.exit_code, 0) << h.output;
+}
+
 TEST(Mlflow, TwoProcessesSendFromRankZeroOnly) {
   KILN_REQUIRE_MLFLOW_PYTHON();
   TempDir dir("kiln-mlflow");
-  MlflowServer server(dir / "server");
+  MlflowServer server;
   ASSERT_NO_FATAL_FAILURE(server.start());
   const auto manifest = mlflow_manifest(dir, server.uri());
   const ProcessResult r = kiln({"fit", manifest.string(), "-n", "2"});
@@ -285,7 +340,7 @@ TEST(Mlflow, TwoProcessesSendFromRankZeroOnly) {
 TEST(Mlflow, MoreThanAThousandMetricsInOneRowGoInSeveralBatches) {
   KILN_REQUIRE_MLFLOW_PYTHON();
   TempDir dir("kiln-mlflow");
-  MlflowServer server(dir / "server");
+  MlflowServer server;
   ASSERT_NO_FATAL_FAILURE(server.start());
   const auto manifest = mlflow_manifest(dir, server.uri(), "many_metrics = 1500\n",
                                         "max_epochs = 1\nlimit_train_batches = 4\nlimit_val_batches = 2\n");
