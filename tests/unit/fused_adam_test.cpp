@@ -138,7 +138,7 @@ void expect_torchs_fused_steps(const char* name, double weight_decay) {
       "for step in range(" + std::to_string(kSteps) + "):\n"
       "    for i, p in enumerate(ps): p.grad = read(f'{d}/g{step}_{i}', shapes[i])\n"
       "    opt.step()\n"
-      "for i, p in enumerate(ps): open(f'{d}/t{i}', 'wb').write(bytes(p.detach().contiguous().view(torch.uint8).tolist()))\n"
+      "for i, p in enumerate(ps): open(f'{d}/t{i}', 'wb').write(bytes(p.detach().reshape(-1).view(torch.uint8).tolist()))\n"
       "print('OK', torch.__version__)\n";
   test::write_file(dir / "torch_fused.py", script);
   const test::ProcessResult r = test::run_process({test::check_python().string(), (dir / "torch_fused.py").string(), dir.path().string()});
