@@ -1,5 +1,6 @@
 #include "pt2_archive.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <functional>
@@ -9,7 +10,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/utils/generated_serialization_types.h>
 
@@ -27,6 +28,24 @@ std::pair<int, int> major_minor(const std::string& version) {
   if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2) return {-1, -1};
   return {major, minor};
 }
+
+// Bytes in memory as the zip reader reads them. LibTorch's own
+// MemoryReadAdapter calls memcpy with the null buffer miniz passes for an
+// empty record (undefined behaviour: the fuzzer's pt2 target found it).
+class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReadAdapter(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/ = "") const override {
+    if (pos >= bytes_.size() || n == 0) return 0;
+    n = std::min<size_t>(n, bytes_.size() - static_cast<size_t>(pos));
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
 
 class Archive {
  public:
@@ -209,8 +228,7 @@ std::map<std::string, Pt2Program> read_pt2_bytes(const std::string& bytes, const
   Archive archive(open_reader(name,
                               [&] {
                                 return std::make_unique<caffe2::serialize::PyTorchStreamReader>(
-                                    std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(),
-                                                                                           bytes.size()));
+                                    std::make_shared<BytesReadAdapter>(bytes));
                               }),
                   name);
   return read(archive, torch_version);
