@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -27,6 +28,8 @@ constexpr size_t kMaxParams = 100;
 constexpr size_t kMaxTags = 100;
 constexpr size_t kMaxItems = 1000;
 constexpr size_t kMaxBodyBytes = 900 * 1000;  // under the 1 MB request limit, with room for the envelope
+// How much of the spool one read takes (many batches' worth).
+constexpr int64_t kPieceBytes = 4 << 20;
 
 // A double as MLflow's JSON takes it: the shortest text that reads back as
 // the same double; NaN and the infinities as protobuf's JSON strings.
@@ -168,6 +171,15 @@ void MlflowShipper::ship(int64_t end) {
   if (acked_ > end) acked_ = end;  // the spool was cut back (a resume)
   if (acked_ == end) return;
   ensure_run();
+  // In pieces: a spool a long outage grew is not read whole at each retry.
+  while (acked_ < end) {
+    const int64_t before = acked_;
+    ship_piece(std::min(end, acked_ + kPieceBytes));
+    if (acked_ == before) break;  // no whole line in the piece: the rest is still being written
+  }
+}
+
+void MlflowShipper::ship_piece(int64_t end) {
   const int64_t base = acked_;
   const std::string bytes = read_range(files_.spool(), base, end);
   std::string metrics, params, tags;

@@ -102,7 +102,7 @@ class MlflowShipper {
 
  private:
   void ensure_run();
-  void send(const std::string& lines, int64_t through);
+  void ship_piece(int64_t end);
   MlflowFiles files_;
   MlflowClient& client_;
   MlflowRunInfo info_;
