@@ -25,11 +25,17 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-int unused_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+sockaddr_in loopback(int port) {
   sockaddr_in a{};
   a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+int unused_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = loopback(0);
   ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
   socklen_t n = sizeof a;
   ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
@@ -40,10 +46,7 @@ int unused_port() {
 // Whether GET /health on the port answers 200.
 bool healthy(int port) {
   const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = loopback(port);
   bool ok = false;
   if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
     const std::string request = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
@@ -375,10 +378,7 @@ TEST(Mlflow, ARefusedLoginIsOneLineAndExit2WithNothingWritten) {
   });
   for (int i = 0; i < 200; ++i) {
     const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in a = loopback(port);
     const bool up = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
     ::close(s);
     if (up) break;
