@@ -2,6 +2,7 @@
 
 #include "config/logger_registry.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,11 +23,46 @@ std::string json_number(double v) {
   return python_float_repr(v);
 }
 
+namespace {
+
+void append_json_number(std::string& out, double v) {
+  if (std::isfinite(v))
+    append_python_float_repr(out, v);
+  else
+    out += "null";
+}
+
+void append_integer(std::string& out, int64_t v) {
+  char number[24];
+  out.append(number, std::to_chars(number, number + sizeof number, v).ptr);
+}
+
+}  // namespace
+
 std::string json_line(const LogRow& row) {
-  std::string out = "{\"kind\":" + json_string(kind_name(row.kind)) + ",\"epoch\":" + std::to_string(row.epoch) +
-                    ",\"step\":" + std::to_string(row.step);
-  for (const auto& [name, value] : row.metrics) out += "," + json_string(name) + ":" + json_number(value);
-  return out + "}";
+  std::string out;
+  append_json_line(out, row, nullptr);
+  return out;
+}
+
+void append_json_line(std::string& out, const LogRow& row, std::map<std::string, std::string>* member_starts) {
+  out += "{\"kind\":";
+  out += json_string(kind_name(row.kind));
+  out += ",\"epoch\":";
+  append_integer(out, row.epoch);
+  out += ",\"step\":";
+  append_integer(out, row.step);
+  for (const auto& [name, value] : row.metrics) {
+    if (member_starts) {
+      auto it = member_starts->find(name);
+      if (it == member_starts->end()) it = member_starts->emplace(name, "," + json_string(name) + ":").first;
+      out += it->second;
+    } else {
+      out += "," + json_string(name) + ":";
+    }
+    append_json_number(out, value);
+  }
+  out += '}';
 }
 
 void JsonlLogger::open(const std::string& state) {
@@ -37,7 +73,11 @@ void JsonlLogger::open(const std::string& state) {
 }
 
 void JsonlLogger::log(const LogRow& row) {
-  if (file_) file_->append(json_line(row) + "\n");
+  if (!file_) return;
+  line_.clear();
+  append_json_line(line_, row, &member_starts_);
+  line_ += '\n';
+  file_->append(line_);
 }
 
 void JsonlLogger::flush() {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -17,6 +18,9 @@ namespace kiln {
 
 // One row as a JSON object, without the newline.
 std::string json_line(const LogRow& row);
+// The same, appended to `out`; `member_starts` (may be null) keeps each
+// name's `,"name":` between rows, for a logger that writes one every step.
+void append_json_line(std::string& out, const LogRow& row, std::map<std::string, std::string>* member_starts);
 // `v` as a JSON number (shortest round-trip text), or null.
 std::string json_number(double v);
 
@@ -32,6 +36,8 @@ class JsonlLogger final : public Logger {
  private:
   std::filesystem::path path_;
   std::optional<AppendFile> file_;
+  std::string line_;                                  // kept between rows: no allocation a row
+  std::map<std::string, std::string> member_starts_;  // name -> ,"name":
 };
 
 }  // namespace kiln

@@ -145,7 +145,7 @@ void MlflowLogger::keep_unsent_spool() {
                run_dir_.string(), points_phrase(left), kept.string(), kept.string());
 }
 
-std::string MlflowLogger::metric_key(const std::string& name) {
+const MlflowLogger::Key& MlflowLogger::metric_key(const std::string& name) {
   const auto it = keys_.find(name);
   if (it != keys_.end()) return it->second;
   // MLflow's metric names: letters, digits, _ - . / and spaces.
@@ -154,35 +154,35 @@ std::string MlflowLogger::metric_key(const std::string& name) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/' || c == ' '))
       c = '_';
   if (key != name) spdlog::warn("MLflow does not take the metric name '{}': it is logged there as '{}'", name, key);
-  return keys_.emplace(name, key).first->second;
+  Key made{key, spool_metric_prefix(key)};
+  return keys_.emplace(name, std::move(made)).first->second;
 }
 
 void MlflowLogger::log(const LogRow& row) {
   if (!spool_) return;
   const int64_t now = now_ms();
-  std::string lines;
+  // Each point goes straight into pending_ (one append, no temporaries):
+  // this runs every step at log_every_n_steps = 1.
   auto point = [&](const std::string& name, double value) {
-    const std::string key = metric_key(name);
+    const Key& key = metric_key(name);
     if (!earlier_points_.empty()) {
-      const auto it = earlier_points_.find({key, row.step});
+      const auto it = earlier_points_.find({key.key, row.step});
       if (it != earlier_points_.end()) {
         recomputed_differently_ += it->second.value != spool_value(value);
-        lines += spool_metric_text(key, it->second.value, row.step, it->second.timestamp_ms);
+        pending_ += spool_metric_text(key.key, it->second.value, row.step, it->second.timestamp_ms);
         earlier_points_.erase(it);
         return;
       }
     }
-    lines += spool_metric(key, value, row.step, now);
+    append_spool_metric(pending_, key.prefix, value, row.step, now);
   };
   // An epoch row carries `epoch`, as Lightning's loggers log it.
   if (row.kind == LogRow::Kind::epoch) point("epoch", static_cast<double>(row.epoch));
   for (const auto& [name, value] : row.metrics) point(name, value);
-  append(lines);
+  maybe_write_pending();
 }
 
-void MlflowLogger::append(const std::string& lines) {
-  if (lines.empty()) return;
-  pending_ += lines;
+void MlflowLogger::maybe_write_pending() {
   const auto now = std::chrono::steady_clock::now();
   if (pending_.size() >= kPendingBytes || now - last_write_ >= kPendingTime) write_pending();
 }

@@ -53,12 +53,17 @@ class MlflowLogger final : public Logger {
   void finish(const RunEnd& end) override;
 
  private:
-  void append(const std::string& lines);
+  // A metric's MLflow key, and its spool line's start ({"m":"<key>","v":).
+  struct Key {
+    std::string key;
+    std::string prefix;
+  };
+  void maybe_write_pending();
   void write_pending();
   void keep_unsent_spool();
   void ship_in_background();
   void stop_thread();
-  std::string metric_key(const std::string& name);
+  const Key& metric_key(const std::string& name);
 
   MlflowConfig config_;
   std::string uri_;
@@ -77,7 +82,7 @@ class MlflowLogger final : public Logger {
   // have it), so the server keeps one point.
   std::map<std::pair<std::string, int64_t>, SpooledPoint> earlier_points_;
   int64_t recomputed_differently_ = 0;  // of those, how many this run computed otherwise (timing metrics)
-  std::map<std::string, std::string> keys_;  // metric name -> MLflow key (invalid characters replaced)
+  std::map<std::string, Key> keys_;  // metric name -> MLflow key (invalid characters replaced)
 
   std::thread thread_;
   std::mutex mutex_;

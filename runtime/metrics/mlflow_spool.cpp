@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -63,6 +64,20 @@ std::string spool_metric_text(const std::string& key, const std::string& value, 
 }
 std::string spool_metric(const std::string& key, double value, int64_t step, int64_t timestamp_ms) {
   return spool_metric_text(key, metric_value(value), step, timestamp_ms);
+}
+std::string spool_metric_prefix(const std::string& key) { return "{\"m\":" + json_string(key) + ",\"v\":"; }
+void append_spool_metric(std::string& out, const std::string& prefix, double value, int64_t step, int64_t timestamp_ms) {
+  out += prefix;
+  if (std::isfinite(value))
+    append_python_float_repr(out, value);
+  else
+    out += metric_value(value);
+  char number[24];
+  out += ",\"s\":";
+  out.append(number, std::to_chars(number, number + sizeof number, step).ptr);
+  out += ",\"t\":";
+  out.append(number, std::to_chars(number, number + sizeof number, timestamp_ms).ptr);
+  out += "}\n";
 }
 std::string spool_param(const std::string& key, const std::string& value) {
   return "{\"p\":" + json_string(key) + ",\"v\":" + json_string(value) + "}\n";

@@ -58,6 +58,10 @@ struct MlflowFiles {
 
 // The spool's lines.
 std::string spool_metric(const std::string& key, double value, int64_t step, int64_t timestamp_ms);
+// The same line appended to `out`, from `prefix` = spool_metric_prefix(key)
+// (made once a metric): what a logger pays for each point of each step.
+std::string spool_metric_prefix(const std::string& key);
+void append_spool_metric(std::string& out, const std::string& prefix, double value, int64_t step, int64_t timestamp_ms);
 std::string spool_param(const std::string& key, const std::string& value);
 std::string spool_tag(const std::string& key, const std::string& value);
 std::string spool_end(const std::string& status, int64_t timestamp_ms);

@@ -1,5 +1,7 @@
 #include "util/shortest_double.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,88 +22,62 @@ std::string shortest_double(double value, bool plain) {
 
 namespace {
 
-// `digits` (d1 d2 ... dn) as the double d1.d2...dn x 10^exponent.
-double read_back(const std::string& digits, int exponent) {
-  std::string text = digits.substr(0, 1) + "." + digits.substr(1) + "e" + std::to_string(exponent);
-  return std::strtod(text.c_str(), nullptr);
-}
-
 // The shortest significant digits of |value| that read back as |value|, the
-// nearest such among those as short, with their exponent: |value| is
-// d1.d2...dn x 10^exponent (n >= 1, no trailing zero but for 0 itself).
-// The correctly rounded p digits ("%.*e") are the nearest p-digit decimal;
-// where they fall just outside the interval that reads back as |value| (a
-// power of two, whose interval is twice as wide above it as below), the
-// p-digit decimal next to them on the value's other side may lie inside it,
-// and is then the shortest (CPython's dtoa mode 0 finds it; "%.*e" alone
-// would give 17 digits for 2^-1017, 7.120236347223045e-307).
-void shortest_digits(double value, std::string& digits, int& exponent) {
-  const double magnitude = std::fabs(value);
-  char buffer[40];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buffer, sizeof buffer, "%.*e", precision - 1, magnitude);
-    const char* e = std::strchr(buffer, 'e');
-    digits.clear();
-    for (const char* p = buffer; p != e; ++p)
-      if (*p != '.') digits += *p;
-    exponent = std::atoi(e + 1);
-    const double rounded = std::strtod(buffer, nullptr);
-    if (rounded == magnitude) break;
-    // The neighbour on the other side of the value: one unit in the last
-    // digit up (or down).
-    std::string neighbour = digits;
-    int neighbour_exponent = exponent;
-    if (rounded < magnitude) {
-      int i = static_cast<int>(neighbour.size()) - 1;
-      while (i >= 0 && neighbour[i] == '9') neighbour[i--] = '0';
-      if (i >= 0) {
-        ++neighbour[i];
-      } else {  // 99..9 + 1 = 100..0: one digit more, as many significant
-        neighbour.insert(neighbour.begin(), '1');
-        neighbour.pop_back();
-        ++neighbour_exponent;
-      }
-    } else {
-      int i = static_cast<int>(neighbour.size()) - 1;
-      while (i >= 0 && neighbour[i] == '0') neighbour[i--] = '9';
-      if (i >= 0) --neighbour[i];  // never all zeros: the value is not 0 here
-      if (neighbour[0] == '0') {  // 10..0 - 1 = 09..9: the same digits a place lower
-        neighbour.erase(neighbour.begin());
-        neighbour += '9';
-        --neighbour_exponent;
-      }
-    }
-    if (read_back(neighbour, neighbour_exponent) == magnitude) {
-      digits = neighbour;
-      exponent = neighbour_exponent;
-      break;
-    }
-  }
-  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+// nearest such among those as short: |value| is d1.d2...dn x 10^exponent
+// (n >= 1, no trailing zero but for 0 itself). std::to_chars without a
+// precision gives exactly these (the standard's rule is CPython's dtoa mode
+// 0: shortest, then nearest, ties to even) in one pass; trying "%.*e" at
+// each precision cost up to 17 snprintf/strtod pairs a value, which a logger
+// of step rows paid for every point. Returns n; `digits` holds 17 or more.
+int shortest_digits(double value, char* digits, int& exponent) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, std::fabs(value), std::chars_format::scientific);
+  const char* end = result.ptr;  // 32 bytes hold any double's shortest scientific form
+  const char* e = std::find(static_cast<const char*>(buffer), end, 'e');
+  int n = 0;
+  for (const char* p = buffer; p != e; ++p)
+    if (*p != '.') digits[n++] = *p;
+  exponent = 0;
+  std::from_chars(e + 1 + (e[1] == '+'), end, exponent);
+  while (n > 1 && digits[n - 1] == '0') --n;
+  return n;
 }
 
 }  // namespace
 
-std::string python_float_repr(double finite_value) {
-  std::string digits;
+void append_python_float_repr(std::string& out, double finite_value) {
+  char digits[24];
   int exponent = 0;
-  shortest_digits(finite_value, digits, exponent);
-  const int n = static_cast<int>(digits.size());
+  const int n = shortest_digits(finite_value, digits, exponent);
   const int decpt = exponent + 1;  // the value is 0.DIGITS x 10^decpt
-  std::string out = std::signbit(finite_value) ? "-" : "";
+  if (std::signbit(finite_value)) out += '-';
   if (decpt <= -4 || decpt > 16) {  // CPython's format_float_short, 'r'
     out += digits[0];
-    if (n > 1) out += "." + digits.substr(1);
+    if (n > 1) {
+      out += '.';
+      out.append(digits + 1, n - 1);
+    }
     char tail[16];
-    std::snprintf(tail, sizeof tail, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
-    out += tail;
+    const int length = std::snprintf(tail, sizeof tail, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    out.append(tail, length);
   } else if (decpt <= 0) {
-    out += "0." + std::string(-decpt, '0') + digits;
+    out += "0.";
+    out.append(-decpt, '0');
+    out.append(digits, n);
   } else if (decpt >= n) {
-    out += digits + std::string(decpt - n, '0') + ".0";
+    out.append(digits, n);
+    out.append(decpt - n, '0');
+    out += ".0";
   } else {
-    out += digits.substr(0, decpt) + "." + digits.substr(decpt);
+    out.append(digits, decpt);
+    out += '.';
+    out.append(digits + decpt, n - decpt);
   }
+}
+
+std::string python_float_repr(double finite_value) {
+  std::string out;
+  append_python_float_repr(out, finite_value);
   return out;
 }
 

@@ -22,5 +22,8 @@ std::string shortest_double(double value, bool plain = false);
 // after a first of several digits and the exponent signed and at least two
 // digits (1e+16, 1.5e+16, 1e-05, 5e-324). `finite_value` must be finite.
 std::string python_float_repr(double finite_value);
+// The same, appended to `out` (no allocation beyond out's growth): for
+// loggers that write a point every step.
+void append_python_float_repr(std::string& out, double finite_value);
 
 }  // namespace kiln
