@@ -23,6 +23,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "metrics/mlflow_client.hpp"
@@ -78,6 +79,11 @@ std::map<std::pair<std::string, int64_t>, SpooledPoint> spooled_points(const std
 // A metric point's value as the spool writes it.
 std::string spool_value(double value);
 std::string spool_metric_text(const std::string& key, const std::string& value, int64_t step, int64_t timestamp_ms);
+// A metric line exactly as append_spool_metric writes it, as log-batch's
+// item ({"key":..,"value":..,"timestamp":..,"step":..}) without a JSON
+// parse: the key's literal and the value's text go through as written.
+// False for anything else (a torn line, an older spelling): parse it then.
+bool spool_metric_item(std::string_view line, std::string& item);
 // How many records `bytes` holds (whole lines).
 int64_t spool_records(const std::string& bytes);
 

@@ -5,6 +5,7 @@
 // length). The real reader checks kiln's files in
 // tests/integration/logging_test.cpp.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "metrics/crc32c.hpp"
 #include "metrics/csv_log.hpp"
 #include "metrics/jsonl_logger.hpp"
+#include "metrics/mlflow_spool.hpp"
 #include "config/manifest.hpp"
 #include "config/logger_registry.hpp"
 #include "metrics/loggers.hpp"
@@ -109,6 +111,51 @@ TEST(Jsonl, EscapesNamesAndWritesNonFiniteValuesAsNull) {
   LogRow row{LogRow::Kind::step, 2, 150, {{"train/loss_step", 0.5}, {"weird\"name", std::nan("")}}};
   EXPECT_EQ(json_line(row),
             "{\"kind\":\"step\",\"epoch\":2,\"step\":150,\"train/loss_step\":0.5,\"weird\\\"name\":null}");
+}
+
+// The per-step paths (a kept buffer, each name's text made once) write what
+// the one-off ones do.
+TEST(Jsonl, AKeptBufferWritesEachRowAsJsonLineDoes) {
+  std::map<std::string, std::string> starts;
+  std::string kept;
+  for (int step = 1; step <= 3; ++step) {
+    LogRow row{LogRow::Kind::step, 0, step, {{"train/loss_step", 1.0 / step}, {"lr-Adam_step", 1e-3}, {"q\"", -0.0}}};
+    kept.clear();
+    append_json_line(kept, row, &starts);
+    EXPECT_EQ(kept, json_line(row));
+  }
+}
+
+// What the shipper sends for a spooled point without parsing it is what
+// parsing it gives: the key, the value (the non-finite ones as protobuf's
+// JSON strings), the timestamp and the step; anything else is left to the
+// parser.
+TEST(MlflowSpool, AMetricLineBecomesTheSameLogBatchItemWithoutAParse) {
+  using nlohmann::json;
+  const double values[] = {0.1, -2.5e-10, 1e16, 5e-324, 10.0, -0.0, std::nan(""),
+                           std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()};
+  const std::string keys[] = {"train/loss_step", "a \"quoted\" \\ key", "lr-Adam/pg2_step", "val/accuracy é"};
+  for (const std::string& key : keys) {
+    for (const double v : values) {
+      std::string line;
+      append_spool_metric(line, spool_metric_prefix(key), v, 6, 1764300000123);
+      EXPECT_EQ(line, spool_metric(key, v, 6, 1764300000123));
+      ASSERT_EQ(line.back(), '\n');
+      line.pop_back();
+      std::string item;
+      ASSERT_TRUE(spool_metric_item(line, item)) << line;
+      const json parsed = json::parse(item);
+      const json spooled = json::parse(line);
+      EXPECT_EQ(parsed, (json{{"key", spooled["m"]}, {"value", spooled["v"]}, {"timestamp", spooled["t"]}, {"step", spooled["s"]}}))
+          << item;
+      EXPECT_EQ(parsed["key"], key);
+    }
+  }
+  std::string item;
+  for (const char* other : {"{\"m\":\"a\",\"v\":0.5,\"s\":3,\"t\":12", "{\"m\":\"a\",\"v\":0.5,\"s\":3,\"t\":12}x",
+                            "{\"p\":\"lr\",\"v\":\"0.1\"}", "{\"m\":\"a\",\"v\":,\"s\":3,\"t\":12}",
+                            "{\"t\":12,\"m\":\"a\",\"v\":0.5,\"s\":3}", "{\"m\":\"a"})
+    EXPECT_FALSE(spool_metric_item(other, item)) << other;
 }
 
 // A metrics.csv cell is the value itself, as Lightning's CSVLogger writes it
