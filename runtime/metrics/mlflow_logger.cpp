@@ -28,8 +28,8 @@ constexpr auto kMaxBackoff = std::chrono::milliseconds(5000);
 // Unsent bytes that wake the thread before its interval (about 1,000 points).
 constexpr int64_t kWakeBytes = 64 * 1024;
 // Spool writes: at least this much, or this long after the last.
-constexpr size_t kPendingBytes = 64 * 1024;
-constexpr auto kPendingTime = std::chrono::milliseconds(250);
+constexpr size_t kWakeWriterPoints = 16 * 1024;
+constexpr auto kWriteInterval = std::chrono::milliseconds(250);
 // MLflow's longest param value (6,000 characters since MLflow 2).
 constexpr size_t kMaxParamValue = 6000;
 
@@ -68,9 +68,10 @@ MlflowLogger::MlflowLogger(const MlflowConfig& config, std::string tracking_uri,
     : config_(config), uri_(std::move(tracking_uri)), run_dir_(run_dir), files_(run_dir) {}
 
 MlflowLogger::~MlflowLogger() {
-  // Not finished (a failure before the end): what is buffered still goes to the spool.
+  // Not finished (a failure before the end): what is queued still goes to the spool.
+  stop_writer();
   try {
-    if (spool_) write_pending();
+    if (spool_) write_queued();
   } catch (const std::exception&) {
   }
   stop_thread();
@@ -126,9 +127,9 @@ void MlflowLogger::open(const std::string& state) {
     if (files_.read_acked() > spool_->size()) files_.write_acked(spool_->size());
   }
   run_id_ = info.run_id;
-  last_write_ = std::chrono::steady_clock::now();
   published_ = spool_->size();
   notified_at_ = spool_->size();
+  writer_ = std::thread([this] { write_in_background(); });
   thread_ = std::thread([this] { ship_in_background(); });
 }
 
@@ -161,37 +162,81 @@ const MlflowLogger::Key& MlflowLogger::metric_key(const std::string& name) {
 void MlflowLogger::log(const LogRow& row) {
   if (!spool_) return;
   const int64_t now = now_ms();
-  // Each point goes straight into pending_ (one append, no temporaries):
-  // this runs every step at log_every_n_steps = 1.
+  // Runs every step at log_every_n_steps = 1: the points are queued as they
+  // are (a pointer and three numbers each); the writer thread formats them.
+  std::unique_lock lock(queue_mutex_);
+  if (write_error_) std::rethrow_exception(write_error_);
   auto point = [&](const std::string& name, double value) {
     const Key& key = metric_key(name);
     if (!earlier_points_.empty()) {
       const auto it = earlier_points_.find({key.key, row.step});
       if (it != earlier_points_.end()) {
         recomputed_differently_ += it->second.value != spool_value(value);
-        pending_ += spool_metric_text(key.key, it->second.value, row.step, it->second.timestamp_ms);
+        queue_.push_back({&key, value, row.step, it->second.timestamp_ms,
+                          spool_metric_text(key.key, it->second.value, row.step, it->second.timestamp_ms)});
         earlier_points_.erase(it);
         return;
       }
     }
-    append_spool_metric(pending_, key.prefix, value, row.step, now);
+    queue_.push_back({&key, value, row.step, now, {}});
   };
   // An epoch row carries `epoch`, as Lightning's loggers log it.
   if (row.kind == LogRow::Kind::epoch) point("epoch", static_cast<double>(row.epoch));
   for (const auto& [name, value] : row.metrics) point(name, value);
-  maybe_write_pending();
+  const bool many = queue_.size() >= kWakeWriterPoints;
+  lock.unlock();
+  if (many) queue_cv_.notify_one();
 }
 
-void MlflowLogger::maybe_write_pending() {
-  const auto now = std::chrono::steady_clock::now();
-  if (pending_.size() >= kPendingBytes || now - last_write_ >= kPendingTime) write_pending();
+void MlflowLogger::write_in_background() {
+  std::unique_lock lock(queue_mutex_);
+  while (!writer_stopping_) {
+    queue_cv_.wait_for(lock, kWriteInterval, [&] { return writer_stopping_ || queue_.size() >= kWakeWriterPoints; });
+    if (writer_stopping_ || write_error_ || queue_.empty()) continue;
+    lock.unlock();
+    try {
+      write_queued();
+      lock.lock();
+    } catch (...) {
+      // log() says it on the training's thread (a full disk is the run's error).
+      lock.lock();
+      write_error_ = std::current_exception();
+    }
+  }
 }
 
-void MlflowLogger::write_pending() {
-  last_write_ = std::chrono::steady_clock::now();
-  if (pending_.empty()) return;
-  spool_->append(pending_);
-  pending_.clear();
+void MlflowLogger::stop_writer() {
+  if (!writer_.joinable()) return;
+  {
+    std::lock_guard lock(queue_mutex_);
+    writer_stopping_ = true;
+  }
+  queue_cv_.notify_one();
+  writer_.join();
+}
+
+void MlflowLogger::write_queued() {
+  std::unique_lock spool_lock(spool_mutex_);
+  write_queued(spool_lock);
+}
+
+void MlflowLogger::write_queued(const std::unique_lock<std::mutex>&) {
+  // Taken while spool_mutex_ is held: a batch taken is written before any
+  // later one, whichever thread writes it.
+  {
+    std::lock_guard lock(queue_mutex_);
+    writing_.swap(queue_);
+  }
+  if (writing_.empty()) return;
+  text_.clear();
+  for (const QueuedPoint& p : writing_) {
+    if (!p.line.empty())
+      text_ += p.line;
+    else
+      append_spool_metric(text_, p.key->prefix, p.value, p.step, p.timestamp_ms);
+  }
+  writing_.clear();
+  spool_->append(text_);
   published_.store(spool_->size(), std::memory_order_release);
   if (spool_->size() - notified_at_ >= kWakeBytes) {
     notified_at_ = spool_->size();
@@ -201,16 +246,19 @@ void MlflowLogger::write_pending() {
 
 void MlflowLogger::flush() {
   if (!spool_) return;
-  write_pending();
+  std::unique_lock spool_lock(spool_mutex_);
+  write_queued(spool_lock);
   spool_->sync();
 }
 
 std::string MlflowLogger::state() {
   if (!spool_) return "";
-  write_pending();
+  std::unique_lock spool_lock(spool_mutex_);
+  write_queued(spool_lock);
   spool_->sync();
+  const int64_t size = spool_->size();
   std::lock_guard lock(mutex_);
-  return std::to_string(spool_->size()) + " " + (run_id_.empty() ? "-" : run_id_);
+  return std::to_string(size) + " " + (run_id_.empty() ? "-" : run_id_);
 }
 
 void MlflowLogger::ship_in_background() {
@@ -288,12 +336,17 @@ void MlflowLogger::stop_thread() {
 
 void MlflowLogger::finish(const RunEnd& end) {
   if (!spool_) return;
+  stop_writer();
   std::string lines;
   if (!end.final_checkpoint.empty())
     lines += spool_tag("kiln.final_checkpoint", std::filesystem::absolute(end.final_checkpoint).lexically_normal().string());
   lines += spool_end(status_name(end.status), now_ms());
-  pending_ += lines;
-  write_pending();
+  {
+    std::unique_lock spool_lock(spool_mutex_);
+    write_queued(spool_lock);
+    spool_->append(lines);
+    published_.store(spool_->size(), std::memory_order_release);
+  }
   if (recomputed_differently_ > 0)
     spdlog::info("MLflow keeps the first value of {} point(s) the stopped run had logged and this one recomputed "
                  "otherwise (timing metrics: kiln's resume recomputes the others bit for bit)",

@@ -1,9 +1,11 @@
 // The "mlflow" logger: the run's params, metrics and end in an MLflow
 // tracking server ([logging.mlflow]; docs/logging.md, "MLflow").
 //
-// Nothing it does waits on the server. log() appends the row's points to the
-// spool (metrics/mlflow_spool.hpp: buffered, no fsync) and returns; a
-// background thread sends the spool's unsent part in log-batch requests,
+// Nothing it does waits on the server. log() queues the row's points (a
+// key, a double, a step and a time each: no formatting on the training's
+// thread) and returns; a writer thread turns them into spool lines
+// (metrics/mlflow_spool.hpp) every 250 ms, and checkpoints, flush() and the
+// end write what is queued at once; a background thread sends the spool's unsent part in log-batch requests,
 // about once a second, retrying with backoff while the server is away. The
 // spool is the queue: it holds what the server has not acknowledged, on disk,
 // so memory stays bounded however long the server is gone, and a crash loses
@@ -23,6 +25,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -58,8 +61,21 @@ class MlflowLogger final : public Logger {
     std::string key;
     std::string prefix;
   };
-  void maybe_write_pending();
-  void write_pending();
+  // A point as log() queues it: `line` holds the spool line when log() made
+  // it already (a resumed run's recomputed point), else it is made from
+  // the rest by the writer.
+  struct QueuedPoint {
+    const Key* key = nullptr;  // a node of keys_: stable, never changed once made
+    double value = 0;
+    int64_t step = 0;
+    int64_t timestamp_ms = 0;
+    std::string line;
+  };
+  // The queued points into the spool, in order: under spool_mutex_.
+  void write_queued(const std::unique_lock<std::mutex>& spool_lock);
+  void write_queued();
+  void write_in_background();
+  void stop_writer();
   void keep_unsent_spool();
   void ship_in_background();
   void stop_thread();
@@ -71,12 +87,19 @@ class MlflowLogger final : public Logger {
   MlflowFiles files_;
   std::vector<HParam> hparams_;
   std::optional<AppendFile> spool_;
-  // Rows not yet in the spool file: written in one append every 64 KiB or
+  // What log() queued and the writer has not written yet: written every
   // 250 ms (a write a row would cost a step-bound run more than 1 %), and
   // always before a checkpoint records the spool's length. A crash loses
-  // only rows after the last checkpoint, which a resume recomputes.
-  std::string pending_;
-  std::chrono::steady_clock::time_point last_write_;
+  // only points after the last checkpoint, which a resume recomputes.
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::vector<QueuedPoint> queue_;       // under queue_mutex_
+  bool writer_stopping_ = false;         // under queue_mutex_
+  std::exception_ptr write_error_;       // under queue_mutex_: the writer's, rethrown by log()
+  std::mutex spool_mutex_;               // spool_, writing_ and notified_at_: one writer at a time, in order
+  std::vector<QueuedPoint> writing_;     // the taken queue (its capacity kept)
+  std::string text_;                     // its lines
+  std::thread writer_;
   // (key, step) -> the point the stopped run spooled after its checkpoint,
   // which this resumed run recomputes: sent as it was first (the server may
   // have it), so the server keeps one point.
@@ -88,7 +111,7 @@ class MlflowLogger final : public Logger {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::atomic<int64_t> published_{0};  // spool bytes whole lines reach
-  int64_t notified_at_ = 0;            // published_ when the thread was last woken for volume
+  int64_t notified_at_ = 0;            // published_ when the thread was last woken for volume (spool_mutex_)
   bool stopping_ = false;              // finish() or the destructor
   std::chrono::steady_clock::time_point deadline_;
   // What the thread learnt, under mutex_.
