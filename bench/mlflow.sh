@@ -24,7 +24,7 @@ rounds=${1:-3}
 cmake --build "$build" -j2 --target kiln kiln_mlp kiln_fashion_mnist >/dev/null
 out=$(mktemp -d)
 pids=()
-trap 'for p in "${pids[@]}"; do kill -- -"$p" 2>/dev/null || true; done; [ -n "${KILN_BENCH_KEEP:-}" ] && cp "$out"/*.times "$KILN_BENCH_KEEP"/; rm -rf "$out"' EXIT
+trap 'for p in "${pids[@]}"; do kill -- -"$p" 2>/dev/null || true; done; [ -n "${KILN_BENCH_KEEP:-}" ] && cp "$out"/*.times "$out"/*.cpu "$KILN_BENCH_KEEP"/; rm -rf "$out"' EXIT
 port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 kiln_cpu=() server_cpu=()
@@ -62,7 +62,11 @@ run() {  # run <name> <loggers> [uri]
     --set "logging.loggers=$loggers" --set run.dir="$out/run-$name" --set logging.mlflow.finish_timeout_s=1
     --set logging.mlflow.required=false)
   [ -n "$uri" ] && args+=(--set "logging.mlflow.tracking_uri=$uri")
-  "${kiln_cpu[@]}" "$build/bin/kiln" fit bench/mlp32.toml "${args[@]}" >"$out/$name.log" 2>&1 || { cat "$out/$name.log" >&2; exit 1; }
+  # The run's CPU time, all its threads (the logger's writer and shipper
+  # too): what the logger costs even where it runs beside the training.
+  /usr/bin/time -f "%U %S" -o "$out/$name.cpu1" "${kiln_cpu[@]}" "$build/bin/kiln" fit bench/mlp32.toml "${args[@]}" \
+    >"$out/$name.log" 2>&1 || { cat "$out/$name.log" >&2; exit 1; }
+  awk '{print $1 + $2}' "$out/$name.cpu1" >>"$out/$name.cpu"
   # Epochs 1 to 4 (epoch 0 is the warm-up).
   # The line's seconds have two decimals (1 % of these epochs); its
   # samples/s has six digits: the epoch's 60,000 samples over it.
@@ -77,9 +81,27 @@ for r in $(seq 1 "$rounds"); do
 done
 median() { sort -n "$1" | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 base=$(median "$out/none.times")
-printf "%-12s %14s %10s\n" loggers "epoch s (med)" "vs none"
+cbase=$(median "$out/none.cpu")
+printf "%-12s %14s %10s %16s %18s\n" loggers "epoch s (med)" "vs none" "run CPU s (med)" "CPU us/step vs none"
 for name in none jsonl mlflow mlflow-slow; do
   m=$(median "$out/$name.times")
-  printf "%-12s %14s %10s\n" "$name" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {printf "%.3f", a / b}')"
+  c=$(median "$out/$name.cpu")
+  printf "%-12s %14s %10s %16s %18s\n" "$name" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {printf "%.3f", a / b}')" "$c" \
+    "$(awk -v a="$c" -v b="$cbase" -v n="$((5 * 1875))" 'BEGIN {printf "%+.1f", (a - b) / n * 1e6}')"
 done
 grep -h "records not sent\|has every point" "$out"/mlflow*.log | sed 's/^/  /' | sort | uniq -c | head -4
+# Where the logger's time goes, by thread (perf, when the machine has it):
+# one more real-server run, all of kiln on one core, sampled; mlflow-send
+# and mlflow-spool are the logger's threads, kiln the training's (its
+# logging code is the share of MlflowLogger::log and metric_key in it).
+if command -v perf >/dev/null && perf record -q -o "$out/probe.data" true 2>/dev/null; then
+  perf record -q -F 10000 -o "$out/perf.data" -- taskset -c 0 "$build/bin/kiln" fit bench/mlp32.toml \
+    --set trainer.max_epochs=3 --set trainer.log_every_n_steps=1 --set trainer.progress=none \
+    --set trainer.test_after_fit=false --set 'logging.loggers=["mlflow"]' --set run.dir="$out/run-perf" \
+    --set logging.mlflow.required=false --set "logging.mlflow.tracking_uri=http://127.0.0.1:$real" >"$out/perf.log" 2>&1
+  echo "perf, one core, share of kiln's CPU samples by thread:"
+  perf report -q -i "$out/perf.data" --sort comm --stdio 2>/dev/null | grep '%' | sed 's/^ */  /'
+  echo "  of which the training thread's logger calls:"
+  perf report -q -i "$out/perf.data" --comm kiln --sort sym --stdio 2>/dev/null |
+    grep -E "MlflowLogger|QueuedPoint|now_ms|Loggers::log" | sed 's/^ */    /'
+fi
