@@ -18,11 +18,6 @@ namespace kiln {
 // Python's repr of the double, as metrics.csv writes it (every form of it,
 // 10.0, 1e-05, 1e+16, is a JSON number); NaN and infinities, which JSON
 // cannot express, as null.
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  return python_float_repr(v);
-}
-
 namespace {
 
 void append_json_number(std::string& out, double v) {
@@ -38,6 +33,12 @@ void append_integer(std::string& out, int64_t v) {
 }
 
 }  // namespace
+
+std::string json_number(double v) {
+  std::string out;
+  append_json_number(out, v);
+  return out;
+}
 
 std::string json_line(const LogRow& row) {
   std::string out;

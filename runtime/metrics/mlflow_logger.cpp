@@ -29,7 +29,7 @@ constexpr auto kSendInterval = std::chrono::milliseconds(1000);
 constexpr auto kMaxBackoff = std::chrono::milliseconds(5000);
 // Unsent bytes that wake the thread before its interval (about 1,000 points).
 constexpr int64_t kWakeBytes = 64 * 1024;
-// Spool writes: at least this much, or this long after the last.
+// The writer thread's interval, and the queued points that wake it sooner.
 constexpr size_t kWakeWriterPoints = 16 * 1024;
 constexpr auto kWriteInterval = std::chrono::milliseconds(250);
 // MLflow's longest param value (6,000 characters since MLflow 2).

@@ -5,11 +5,11 @@
 // key, a double, a step and a time each: no formatting on the training's
 // thread) and returns; a writer thread turns them into spool lines
 // (metrics/mlflow_spool.hpp) every 250 ms, and checkpoints, flush() and the
-// end write what is queued at once; a background thread sends the spool's unsent part in log-batch requests,
-// about once a second, retrying with backoff while the server is away. The
-// spool is the queue: it holds what the server has not acknowledged, on disk,
-// so memory stays bounded however long the server is gone, and a crash loses
-// nothing a checkpoint counted.
+// end write what is queued at once; a sender thread sends the spool's unsent
+// part in log-batch requests, about once a second, retrying with backoff
+// while the server is away. The spool is the queue: it holds what the server
+// has not acknowledged, on disk, so memory stays bounded however long the
+// server is gone, and a crash loses nothing a checkpoint counted.
 //
 // Resume: the checkpoint keeps the spool's length and the MLflow run id; a
 // resumed run continues the same MLflow run, cuts the spool back to that

@@ -116,7 +116,9 @@ std::string spool_metric_text(const std::string& key, const std::string& value, 
          ",\"t\":" + std::to_string(timestamp_ms) + "}\n";
 }
 std::string spool_metric(const std::string& key, double value, int64_t step, int64_t timestamp_ms) {
-  return spool_metric_text(key, metric_value(value), step, timestamp_ms);
+  std::string line;
+  append_spool_metric(line, spool_metric_prefix(key), value, step, timestamp_ms);
+  return line;
 }
 std::string spool_metric_prefix(const std::string& key) { return "{\"m\":" + json_string(key) + ",\"v\":"; }
 void append_spool_metric(std::string& out, const std::string& prefix, double value, int64_t step, int64_t timestamp_ms) {
@@ -297,10 +299,10 @@ void MlflowShipper::ship_piece(int64_t end) {
     std::string* list = nullptr;
     size_t* count = nullptr;
     size_t limit = 0;
-    json j;
     if (spool_metric_item(line, item)) {
       list = &metrics, count = &n_metrics, limit = kMaxMetrics;
     } else {
+      json j;
       try {
         j = json::parse(line);
       } catch (const json::exception&) {
