@@ -12,12 +12,20 @@
 // val_fraction = 0.1                # held out of train: a permutation seeded by `seed`;
 //                                   # the rows: <run dir>/kiln.arrays/val_rows.npy
 // test = "test.safetensors"         # optional; also the predict split
-// input = "x"                       # the key read as the batch's "input" (as float32)
-// target = "y"                      # the key read as "target": integers and bools as
-//                                   # int64 class indices, floats as float32 ("" = none)
+// input = "x"                       # the key also served as the batch's "input": floats,
+//                                   # uint8 (images) and bools as float32, other integers
+//                                   # (token ids) as int64 ("" = none; by default "input"
+//                                   # when the split has it)
+// target = "y"                      # the key also served as "target": integers and bools as
+//                                   # int64 class indices, floats as float32 ("" = none; by
+//                                   # default "target" when the split has it)
 // seed = 0
 //
-// Every array of a split has the same first dimension (its samples). A
+// Every array of the split whose first dimension is the split's samples is
+// also served under its own name (input_ids, attention_mask, labels, as a
+// tokenizer names them): floats as float32, integers and bools as int64, so
+// token ids reach an embedding exactly. An array of another length (a
+// table of class names, say) is left out, with a line saying so. A
 // Fortran-order .npy is read in its logical order.
 #include <torch/torch.h>
 
@@ -128,9 +136,22 @@ Column column_of(const kiln_arrays::ArrayFile& file, const kiln_arrays::ArrayVie
   return c;
 }
 
+// How a served array is converted: "input" keeps what a float model read
+// before named arrays (uint8 images and bools as float32); a named array
+// keeps integers exact.
+at::Tensor as_input(const at::Tensor& t) {
+  const auto type = t.scalar_type();
+  if (c10::isFloatingType(type) || type == at::kByte || type == at::kBool) return t.to(at::kFloat);
+  return t.to(at::kLong);
+}
+at::Tensor as_named(const at::Tensor& t) {
+  return c10::isFloatingType(t.scalar_type()) ? t.to(at::kFloat) : t.to(at::kLong);
+}
+
 struct Split {
   std::vector<kiln_arrays::ArrayFile> files;  // keep the mappings alive
   Column input, target;
+  std::vector<std::pair<std::string, Column>> named;  // every array with one row a sample
   at::Tensor rows;                            // int64 row numbers when the split is a subset (val_fraction)
   int64_t length = 0;
 };
@@ -141,6 +162,9 @@ class Arrays final : public kiln::DataModule {
     train_files_ = files(config, "train", true);
     val_files_ = files(config, "val", false);
     test_files_ = files(config, "test", false);
+    // Unset, "input" and "target" are read when the split has them.
+    input_given_ = config.table().get("input") != nullptr;
+    target_given_ = config.table().get("target") != nullptr;
     input_key_ = config.get<std::string>("input", "input");
     target_key_ = config.get<std::string>("target", "target");
     val_fraction_ = config.get<double>("val_fraction", 0.0);
@@ -167,10 +191,23 @@ class Arrays final : public kiln::DataModule {
     const Split& data = select(split);
     at::Tensor index = kiln_plugins::sample_index(indices, count, data.length);
     if (data.rows.defined()) index = data.rows.index_select(0, index);
-    kiln::TensorMap batch{{"input", data.input.take(index).to(at::kFloat)}};
+    kiln::TensorMap batch;
+    // The input's and target's rows are read once, whatever names they go by.
+    at::Tensor input, target;
+    if (data.input.defined()) {
+      input = data.input.take(index);
+      batch.emplace_back("input", as_input(input));
+    }
     if (data.target.defined()) {
-      const at::Tensor target = data.target.take(index);
+      target = data.target.take(index);
       batch.emplace_back("target", c10::isFloatingType(target.scalar_type()) ? target.to(at::kFloat) : target.to(at::kLong));
+    }
+    for (const auto& [key, column] : data.named) {
+      if (key == "input" || key == "target") continue;
+      const at::Tensor rows = key == input_key_ && input.defined()    ? input
+                              : key == target_key_ && target.defined() ? target
+                                                                      : column.take(index);
+      batch.emplace_back(key, as_named(rows));
     }
     return batch;
   }
@@ -191,31 +228,68 @@ class Arrays final : public kiln::DataModule {
     Split split;
     try {
       for (const auto& path : paths) split.files.push_back(kiln_arrays::ArrayFile::open(path));
-      const auto find = [&](const std::string& key) -> std::pair<const kiln_arrays::ArrayFile*, const kiln_arrays::ArrayView*> {
-        std::vector<std::string> keys;
+      std::vector<std::string> keys;
+      for (const auto& file : split.files)
+        for (const auto& array : file.arrays) keys.push_back(array.key);
+      const auto find = [&](const std::string& key, bool required)
+          -> std::pair<const kiln_arrays::ArrayFile*, const kiln_arrays::ArrayView*> {
         for (const auto& file : split.files)
-          for (const auto& array : file.arrays) {
+          for (const auto& array : file.arrays)
             if (array.key == key) return {&file, &array};
-            keys.push_back(array.key);
-          }
+        if (!required) return {nullptr, nullptr};
         throw kiln_arrays::ArrayFileError("'" + join(paths) + "' has no array '" + key + "'; it has: " +
                                           kiln_arrays::key_list(keys));
       };
-      const auto [input_file, input] = find(input_key_);
-      if (input->shape.empty())
-        throw kiln_arrays::ArrayFileError("'" + input_file->path + "': '" + input_key_ +
-                                          "' is a scalar, not one row per sample");
-      split.input = column_of(*input_file, *input);
-      split.length = split.input.rows();
-      if (!target_key_.empty()) {
-        const auto [target_file, target] = find(target_key_);
-        split.target = column_of(*target_file, *target);
-        if (split.target.dim() == 0 || split.target.rows() != split.length)
-          throw kiln_arrays::ArrayFileError(
-              "'" + target_file->path + "': '" + target_key_ + "' has " +
-              (split.target.dim() == 0 ? std::string("no rows (a scalar)") : std::to_string(split.target.rows()) + " rows") +
-              " but '" + input_key_ + "' in '" + input_file->path + "' has " + std::to_string(split.length));
+      // The samples: the input's rows, else the first array's.
+      std::string rows_key;
+      std::string rows_file;
+      if (!input_key_.empty()) {
+        const auto [input_file, input] = find(input_key_, input_given_);
+        if (input != nullptr) {
+          if (input->shape.empty())
+            throw kiln_arrays::ArrayFileError("'" + input_file->path + "': '" + input_key_ +
+                                              "' is a scalar, not one row per sample");
+          split.input = column_of(*input_file, *input);
+          split.length = split.input.rows();
+          rows_key = input_key_;
+          rows_file = input_file->path;
+        }
       }
+      if (rows_key.empty()) {
+        for (const auto& file : split.files)
+          for (const auto& array : file.arrays)
+            if (rows_key.empty() && !array.shape.empty()) {
+              split.length = array.shape[0];
+              rows_key = array.key;
+              rows_file = file.path;
+            }
+        if (rows_key.empty())
+          throw kiln_arrays::ArrayFileError("'" + join(paths) + "' holds no array with one row per sample");
+      }
+      if (!target_key_.empty()) {
+        const auto [target_file, target] = find(target_key_, target_given_);
+        if (target != nullptr) {
+          split.target = column_of(*target_file, *target);
+          if (split.target.dim() == 0 || split.target.rows() != split.length)
+            throw kiln_arrays::ArrayFileError(
+                "'" + target_file->path + "': '" + target_key_ + "' has " +
+                (split.target.dim() == 0 ? std::string("no rows (a scalar)")
+                                         : std::to_string(split.target.rows()) + " rows") +
+                " but '" + rows_key + "' in '" + rows_file + "' has " + std::to_string(split.length));
+        }
+      }
+      std::vector<std::string> left_out;
+      for (const auto& file : split.files)
+        for (const auto& array : file.arrays) {
+          if (array.shape.empty() || array.shape[0] != split.length) {
+            left_out.push_back(array.key);
+            continue;
+          }
+          split.named.emplace_back(array.key, column_of(file, array));
+        }
+      if (!left_out.empty())
+        host().info("'" + join(paths) + "': " + kiln_arrays::key_list(left_out) + " not served (not one row for each of the " +
+                    std::to_string(split.length) + " samples of '" + rows_key + "')");
     } catch (const kiln_arrays::ArrayFileError& e) {
       throw kiln::InvalidInput(e.what());
     }
@@ -232,6 +306,7 @@ class Arrays final : public kiln::DataModule {
 
   std::vector<std::string> train_files_, val_files_, test_files_;
   std::string input_key_, target_key_;
+  bool input_given_ = false, target_given_ = false;
   double val_fraction_ = 0.0;
   uint64_t seed_ = 0;
   Split train_, val_, test_;

@@ -2,29 +2,38 @@
 // programs, with no Python in the run (docs/models.md, "Your model from
 // Python"). python/kiln_export.py writes the `.pt2`: the training-mode and
 // evaluation-mode programs of the module (Dropout and BatchNorm differ), a
-// dynamic batch dimension, and its state_dict's parameters and buffers.
+// dynamic batch dimension, its state_dict's parameters and buffers, and
+// (extra/kiln.json) the batch's name for each program input and a name for
+// each output.
 //
 // [model]
 // path = "kiln_exported"
 // program = "model.pt2"        # relative to where kiln runs, as data paths are
-// loss = "cross_entropy"        # the program's output are logits [N, classes]; or
-//                               # "mse": its output are values, against a float target;
-//                               # "output": the program is forward(input, target)
-//                               # and returns the loss itself (a scalar)
-//
-// A language model's program returns logits [N, T, vocabulary] for tokens
-// [N, T] (kiln_token_stream's batches): the cross-entropy is then over every
-// position, and val/loss and val/acc are per token.
+// loss = "cross_entropy"        # the chosen output are logits [N, classes] (or [N, T, vocabulary]);
+//                               # "mse": values, against a float target;
+//                               # "output": the program returns the loss itself (a scalar).
+//                               # Default: "output" when the program returns a "loss"
+//                               # (a Hugging Face model given labels), else "cross_entropy"
+// output = "logits"             # which named output the manifest's loss reads (default:
+//                               # "logits" when there is one, else the program's one output)
+// target = "target"             # the batch's tensor the manifest's loss compares against
+// inputs = { attention_mask = "mask" }   # a program input read from a batch tensor of
+//                                         # another name (default: the same name)
+// activation_checkpointing = ["model.layers.*"]  # recompute these modules in backward
 //
 // The parameters and buffers become this module's, under their state_dict
 // names (fc1.weight, bn.running_mean): optimizer groups, clipping, EMA/SWA,
 // checkpoints and `kiln export` see them as any C++ model's, and an exported
-// safetensors file loads into the Python module with load_state_dict. The
-// training program runs in training, the evaluation program in validation,
-// test and predict; buffers a program updates (BatchNorm's running
-// statistics, num_batches_tracked) are this module's own tensors, updated
-// in place. Dropout draws from LibTorch's default generator, which kiln
-// seeds, so seeds and resume keep their guarantees.
+// safetensors file loads into the Python module with load_state_dict. A
+// parameter exported with requires_grad false stays frozen. Non-persistent
+// buffers and the program's constants are the module's tensors too, but not
+// its state: never trained, checkpointed or exported, as PyTorch's
+// state_dict() leaves them out. The training program runs in training, the
+// evaluation program in validation and test, and `predict` (written when
+// the example batch had labels) or else the evaluation program in predict;
+// buffers a program updates (BatchNorm's running statistics) are updated in
+// place. Dropout draws from LibTorch's default generator, which kiln seeds,
+// so seeds and resume keep their guarantees.
 #include <map>
 #include <memory>
 #include <string>
@@ -62,12 +71,35 @@ torch::nn::Module& submodule_for(torch::nn::Module& root, const std::string& fqn
   return *at;
 }
 
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "none" : out;
+}
+
+int index_of(const std::vector<std::string>& names, const std::string& name) {
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+// One program with what binds it to batches: the batch tensor each input
+// reads and the name of each output.
+struct Bound {
+  std::string name;  // "train", "eval", "predict"
+  std::unique_ptr<kiln_exported::GraphProgram> program;
+  std::vector<std::string> inputs;   // the program's names for its inputs
+  std::vector<std::string> batch;    // the batch's tensor each reads
+  std::vector<std::string> outputs;  // "loss", "logits", "output", ...
+};
+
 class Exported final : public kiln_plugins::Classifier {
  public:
   Exported(const kiln::Host& host, kiln::Config& config) : Classifier(host) {
     path_ = config.get<std::string>("program", "");
     if (path_.empty())
       throw kiln::ConfigError("'program' must name the .pt2 that python/kiln_export.py wrote");
+    const bool loss_given = config.has("loss");
     const std::string loss = config.get<std::string>("loss", "cross_entropy");
     if (loss == "cross_entropy")
       loss_ = Loss::cross_entropy;
@@ -78,6 +110,11 @@ class Exported final : public kiln_plugins::Classifier {
     else
       throw kiln::ConfigError("'loss' must be \"cross_entropy\" (the program returns class logits), \"mse\" (it "
                               "returns values) or \"output\" (it returns the loss), not \"" + loss + "\"");
+    const bool output_given = config.has("output");
+    const std::string output = config.get<std::string>("output", "logits");
+    target_ = config.get<std::string>("target", "target");
+    const std::map<std::string, std::string> renamed = config.get_string_table("inputs");
+    const std::vector<std::string> recompute = config.get_list<std::string>("activation_checkpointing", {});
     std::map<std::string, kiln_exported::Pt2Program> programs;
     try {
       programs = kiln_exported::read_pt2(path_, KILN_EXPORTED_TORCH_VERSION);
@@ -86,135 +123,264 @@ class Exported final : public kiln_plugins::Classifier {
           throw kiln_exported::Pt2Error("'" + path_ + "' has no '" + needed +
                                         "' program; write it with python/kiln_export.py, which exports both");
       // The training program's copies become the module's tensors; the
-      // evaluation program reads the same ones by name.
+      // others read the same ones by name. Its constants hold the
+      // non-persistent buffers, which every program shares.
       std::map<std::string, at::Tensor> state;
       for (auto& [fqn, weight] : programs.at("train").weights) {
         std::string leaf;
         torch::nn::Module& owner = submodule_for(net_, fqn, &leaf);
-        state[fqn] = weight.is_param ? owner.register_parameter(leaf, weight.value, /*requires_grad=*/true)
+        state[fqn] = weight.is_param ? owner.register_parameter(leaf, weight.value, weight.requires_grad)
                                      : owner.register_buffer(leaf, weight.value);
       }
-      train_ = std::make_unique<kiln_exported::GraphProgram>(*programs.at("train").program, path_, "train", state,
-                                                             programs.at("train").constants);
-      eval_ = std::make_unique<kiln_exported::GraphProgram>(*programs.at("eval").program, path_, "eval", state,
-                                                            programs.at("eval").constants);
+      const std::map<std::string, at::Tensor>& unplaced = programs.at("train").constants;
+      const kiln_exported::Recompute plan{recompute};
+      for (const char* name : {"train", "eval", "predict"}) {
+        if (!programs.count(name)) continue;
+        const kiln_exported::Pt2Program& p = programs.at(name);
+        Bound b;
+        b.name = name;
+        b.program = std::make_unique<kiln_exported::GraphProgram>(
+            *p.program, path_, name, state, p.constants, unplaced,
+            std::string(name) == "train" ? plan : kiln_exported::Recompute{});
+        b.inputs = b.program->input_names();
+        const size_t n_in = b.inputs.size(), n_out = b.program->output_count();
+        if (!p.input_names.empty() && p.input_names.size() != n_in)
+          throw kiln_exported::Pt2Error("'" + path_ + "': extra/kiln.json names " + std::to_string(p.input_names.size()) +
+                                        " inputs of program '" + name + "', which takes " + std::to_string(n_in));
+        if (!p.output_names.empty() && p.output_names.size() != n_out)
+          throw kiln_exported::Pt2Error("'" + path_ + "': extra/kiln.json names " +
+                                        std::to_string(p.output_names.size()) + " outputs of program '" + name +
+                                        "', which returns " + std::to_string(n_out));
+        for (size_t i = 0; i < n_in; ++i) {
+          // An archive without the record (an older kiln_export): the
+          // batch's "input", and "target" for a forward(x, y).
+          if (!p.input_names.empty()) b.inputs[i] = p.input_names[i];
+          const std::string own = p.input_names.empty() ? (i == 0 ? "input" : i == 1 ? "target" : b.inputs[i])
+                                                         : p.input_names[i];
+          const auto it = renamed.find(b.inputs[i]);
+          b.batch.push_back(it != renamed.end() ? it->second : own);
+        }
+        b.outputs = p.output_names;
+        if (b.outputs.empty())
+          for (size_t i = 0; i < n_out; ++i) b.outputs.push_back(n_out == 1 ? "output" : std::to_string(i));
+        bound_[name] = std::move(b);
+      }
+      for (const auto& [key, batch_name] : renamed)
+        if (index_of(bound_.at("train").inputs, key) < 0)
+          throw kiln::ConfigError("'inputs' renames '" + key + "', which is not an input of '" + path_ +
+                                  "' (its inputs: " + name_list(bound_.at("train").inputs) + ")");
+      had_checkpointing_ = programs.at("train").had_checkpointing;
     } catch (const kiln_exported::Pt2Error& e) {
       throw kiln::InvalidInput(e.what());
     }
-    const size_t inputs = loss_ == Loss::output ? 2 : 1;
-    if (train_->input_shapes().size() != inputs)
-      throw kiln::InvalidInput(
-          "'" + path_ + "': the program takes " + std::to_string(train_->input_shapes().size()) + " inputs; with loss = \"" +
-          loss + "\" kiln.exported passes " +
-          (inputs == 1 ? "the batch's \"input\" alone (export forward(x))"
-                       : "the batch's \"input\" and \"target\" (export forward(x, y), returning the loss)"));
+    const Bound& train = bound_.at("train");
+    // The loss: the program's "loss" output when it returns one, unless the
+    // manifest asks for its own.
+    const int loss_output = index_of(train.outputs, "loss");
+    if (!loss_given && loss_output >= 0) loss_ = Loss::output;
+    if (loss_ == Loss::output) {
+      if (loss_output >= 0) {
+        loss_output_ = "loss";
+      } else if (train.outputs.size() == 1) {
+        loss_output_ = train.outputs[0];
+      } else {
+        throw kiln::InvalidInput("'" + path_ + "': with loss = \"output\" the program must return a \"loss\"; it returns " +
+                                 name_list(train.outputs));
+      }
+    }
+    // What predictions and the manifest's loss read.
+    if (output_given || index_of(train.outputs, output) >= 0) {
+      if (index_of(train.outputs, output) < 0)
+        throw kiln::ConfigError("'output' = \"" + output + "\" is not an output of '" + path_ + "' (its outputs: " +
+                                name_list(train.outputs) + ")");
+      output_ = output;
+    } else if (train.outputs.size() == 1) {
+      output_ = train.outputs[0];
+    } else if (loss_ != Loss::output) {
+      throw kiln::InvalidInput("'" + path_ + "' returns " + name_list(train.outputs) +
+                               "; name the one the manifest's loss reads with [model] output = \"...\"");
+    }
     std::string ops;
-    for (const auto& [op, count] : train_->operators()) ops += (ops.empty() ? "" : ", ") + op + " x" + std::to_string(count);
+    for (const auto& [op, count] : train.program->operators())
+      ops += (ops.empty() ? "" : ", ") + op + " x" + std::to_string(count);
     host.info("model '" + std::string(kId) + "': " + path_ + ", training program of " +
-              std::to_string(train_->node_count()) + " nodes: " + ops);
+              std::to_string(train.program->node_count()) + " nodes: " + ops);
+    if (!recompute.empty())
+      host.info("model '" + std::string(kId) + "': activation checkpointing recomputes " +
+                std::to_string(train.program->recomputed_nodes()) + " nodes in backward (" + name_list(recompute) + ")");
+    else if (had_checkpointing_)
+      host.warn("model '" + std::string(kId) + "': " + path_ +
+                " was exported from a model with activation checkpointing enabled, which torch.export drops; "
+                "ask kiln for it with [model] activation_checkpointing = [\"<module>.*\"]");
   }
 
   torch::nn::Module& module() override { return net_; }
 
-  // Before anything runs: the data module's batches against the shapes the
-  // programs were exported for (kiln exits 2, both shapes named).
+  // Before anything runs: the data module's batches against the programs'
+  // inputs (names, dtypes, shapes), then once through the evaluation
+  // program, so that what does not fit exits 2 with both sides named.
   void check_batch(kiln::Split split, const kiln::Batch& batch) override {
-    if (!batch.has("input"))
-      throw kiln::InvalidInput("'" + path_ + "' takes the batch's \"input\", and the data module's batches have none");
-    std::vector<at::Tensor> inputs{batch["input"]};
-    if (loss_ == Loss::output && split != kiln::Split::predict) {
-      if (!batch.has("target"))
-        throw kiln::InvalidInput("'" + path_ + "': with loss = \"output\" the program takes the batch's \"target\", "
-                                 "and the data module's batches have none");
-      inputs.push_back(batch["target"]);
+    const Bound& b = bound_for(split);
+    if (split == kiln::Split::predict && loss_ == Loss::output && output_.empty())
+      return;  // refused by predict_step, with why
+    const std::vector<std::string> have = batch.names();
+    for (size_t i = 0; i < b.batch.size(); ++i) {
+      if (batch.has(b.batch[i])) continue;
+      const bool same = b.batch[i] == b.inputs[i];
+      throw kiln::InvalidInput("'" + path_ + "', program '" + b.name + "' takes input '" + b.inputs[i] + "'" +
+                               (same ? "" : " (the batch's \"" + b.batch[i] + "\")") +
+                               ", and the data module's batches have none (they have: " + name_list(have) +
+                               "); name the batch's tensor with [model] inputs = { " + b.inputs[i] + " = \"...\" }");
     }
-    if (loss_ == Loss::output && split == kiln::Split::predict) return;  // refused by predict_step, with why
-    (split == kiln::Split::train ? *train_ : *eval_).check_inputs(inputs, /*any_batch_size=*/true);
+    if (split != kiln::Split::predict && loss_ != Loss::output && !batch.has(target_))
+      throw kiln::InvalidInput("'" + path_ + "': the manifest's loss compares the output '" + output_ +
+                               "' with the batch's \"" + target_ + "\", which the data module's batches lack (they have: " +
+                               name_list(have) + "); name it with [model] target = \"...\"");
+    std::vector<at::Tensor> inputs = gather(b, batch, /*check=*/true);
+    b.program->check_inputs(inputs, /*any_batch_size=*/true);
     // Then the evaluation program on them (a dtype it cannot take).
-    if (loss_ != Loss::output) Classifier::check_batch(split, batch);
+    const Bound& e = bound_for(split == kiln::Split::train ? kiln::Split::val : split);
+    inputs = gather(e, batch, true);
+    const std::vector<at::Tensor> params = net_.parameters();
+    for (auto& t : inputs)
+      if (!params.empty() && t.device() != params[0].device()) t = t.to(params[0].device());
+    std::string refused;
+    try {
+      at::NoGradGuard no_grad;
+      e.program->run(inputs);
+    } catch (const c10::Error& error) {
+      refused = error.what_without_backtrace();
+    } catch (const std::exception& error) {
+      refused = error.what();
+    }
+    if (refused.empty()) return;
+    refused = refused.substr(0, refused.find('\n'));
+    std::string shapes;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      std::string shape;
+      for (int64_t d : inputs[i].sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      shapes += (shapes.empty() ? "" : ", ") + e.batch[i] + " [" + shape + "] " + c10::toString(inputs[i].scalar_type());
+    }
+    throw kiln::InvalidInput("the model does not fit the data module's batches (" + shapes + "): " + refused);
   }
 
-  // A sequence's logits [N, T, V] against its targets [N, T]: every
-  // position is a prediction. Class logits [N, C] are the classifier's.
-  at::Tensor training_step(const kiln::Batch& batch, int64_t index) override {
-    if (loss_ != Loss::cross_entropy) return regression_loss(batch);
-    if (batch["target"].dim() != 2) return Classifier::training_step(batch, index);
-    const at::Tensor logits = forward(batch["input"]);
-    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), batch["target"].reshape({-1}));
+  at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
+    const Outputs out = run(batch, kiln::Split::train);
+    if (loss_ == Loss::output) return scalar_loss(out);
+    return manifest_loss(out.at(output_), batch[target_]);
   }
-  void validation_step(const kiln::Batch& batch, int64_t index) override {
-    if (loss_ != Loss::cross_entropy) return log_loss(batch, "val/");
-    if (batch["target"].dim() != 2) return Classifier::validation_step(batch, index);
-    evaluate_tokens(batch, "val/");
-  }
-  void test_step(const kiln::Batch& batch, int64_t index) override {
-    if (loss_ != Loss::cross_entropy) return log_loss(batch, "test/");
-    if (batch["target"].dim() != 2) return Classifier::test_step(batch, index);
-    evaluate_tokens(batch, "test/");
-  }
-  // A language model predicts the next token's probabilities at each
-  // prompt's end.
-  at::Tensor predict_step(const kiln::Batch& batch, int64_t index) override {
-    if (loss_ == Loss::mse) return forward(batch["input"]);
-    if (loss_ == Loss::output)
-      throw kiln::InvalidInput("'" + path_ + "': with loss = \"output\" the program needs the target, which "
-                               "`kiln predict` has not: export the model's outputs with loss = \"mse\" or "
-                               "\"cross_entropy\" to predict");
-    if (batch["input"].dim() != 2 || batch["input"].is_floating_point()) return Classifier::predict_step(batch, index);
-    const at::Tensor logits = forward(batch["input"]);
-    return torch::softmax(logits.select(1, logits.size(1) - 1), /*dim=*/1);
+  void validation_step(const kiln::Batch& batch, int64_t) override { evaluate(batch, kiln::Split::val, "val/"); }
+  void test_step(const kiln::Batch& batch, int64_t) override { evaluate(batch, kiln::Split::test, "test/"); }
+
+  // Class probabilities; a language model's next token's at each prompt's
+  // end; values as they are for mse.
+  at::Tensor predict_step(const kiln::Batch& batch, int64_t) override {
+    if (output_.empty())
+      throw kiln::InvalidInput("'" + path_ + "': the program returns the loss only, and `kiln predict` has no "
+                               "target: export the model's outputs (logits) to predict");
+    const Outputs out = run(batch, kiln::Split::predict);
+    const at::Tensor& y = out.at(output_);
+    if (loss_ == Loss::mse) return y;
+    if (y.dim() == 3) return torch::softmax(y.select(1, y.size(1) - 1), /*dim=*/1);
+    return torch::softmax(y, /*dim=*/1);
   }
 
  protected:
   at::Tensor forward(const at::Tensor& input) override {
-    const kiln_exported::GraphProgram& program = net_.is_training() ? *train_ : *eval_;
-    std::vector<at::Tensor> out = program.run({input});
-    if (out.size() != 1)
-      throw kiln::InvalidInput("'" + path_ + "': the program returns " + std::to_string(out.size()) +
-                               " outputs; kiln.exported takes one, the logits");
-    return out[0];
+    const Bound& b = bound_.at(net_.is_training() ? "train" : "eval");
+    return b.program->run({input}).at(0);
   }
 
  private:
   enum class Loss { cross_entropy, mse, output };
+  using Outputs = std::map<std::string, at::Tensor>;
 
-  // The loss of one batch, for "mse" and "output".
-  at::Tensor regression_loss(const kiln::Batch& batch) {
-    const kiln_exported::GraphProgram& program = net_.is_training() ? *train_ : *eval_;
-    const at::Tensor target = batch["target"];
-    if (loss_ == Loss::output) {
-      std::vector<at::Tensor> out = program.run({batch["input"], target});
-      if (out.size() != 1 || out[0].numel() != 1)
-        throw kiln::InvalidInput("'" + path_ + "': with loss = \"output\" the program must return one scalar, the loss");
-      return out[0].reshape({});
+  const Bound& bound_for(kiln::Split split) const {
+    if (split == kiln::Split::train) return bound_.at("train");
+    if (split == kiln::Split::predict && bound_.count("predict")) return bound_.at("predict");
+    return bound_.at("eval");
+  }
+
+  // The batch's tensors in the program's order. A float program input takes
+  // an integer tensor as floats (a uint8 image, integer features); an
+  // integer input (token ids) is refused a float one, which would lose them.
+  std::vector<at::Tensor> gather(const Bound& b, const kiln::Batch& batch, bool check) const {
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(b.batch.size());
+    const auto& dtypes = b.program->input_dtypes();
+    for (size_t i = 0; i < b.batch.size(); ++i) {
+      at::Tensor t = batch[b.batch[i]];
+      const auto want = dtypes[i];
+      if (want && t.scalar_type() != *want) {
+        if (check && !c10::isFloatingType(*want) && c10::isFloatingType(t.scalar_type()))
+          throw kiln::InvalidInput("'" + path_ + "', program '" + b.name + "' takes input '" + b.inputs[i] + "' as " +
+                                   c10::toString(*want) + ", and the batch's \"" + b.batch[i] + "\" is " +
+                                   c10::toString(t.scalar_type()) + ": store it as integers (token ids, a mask)");
+        t = t.to(*want);
+      }
+      inputs.push_back(std::move(t));
     }
-    const at::Tensor prediction = forward(batch["input"]);
-    if (prediction.numel() != target.numel())
-      throw kiln::InvalidInput("'" + path_ + "': the program returns " + std::to_string(prediction.numel()) +
-                               " values for a batch whose target has " + std::to_string(target.numel()) +
-                               "; loss = \"mse\" compares them one to one");
-    return torch::mse_loss(prediction.reshape(target.sizes()), target.to(prediction.scalar_type()));
-  }
-  void log_loss(const kiln::Batch& batch, const std::string& prefix) {
-    const double n = static_cast<double>(batch["target"].size(0));
-    if (n == 0) return;
-    host().log_metric(prefix + "loss", regression_loss(batch).detach(), n);
+    return inputs;
   }
 
-  void evaluate_tokens(const kiln::Batch& batch, const std::string& prefix) {
-    const at::Tensor logits = forward(batch["input"]);
-    const at::Tensor target = batch["target"].reshape({-1});
-    const at::Tensor flat = logits.reshape({-1, logits.size(-1)});
-    const double tokens = static_cast<double>(target.size(0));
+  Outputs run(const kiln::Batch& batch, kiln::Split split) const {
+    const Bound& b = bound_for(split);
+    std::vector<at::Tensor> values = b.program->run(gather(b, batch, false));
+    Outputs out;
+    for (size_t i = 0; i < values.size(); ++i) out.emplace(b.outputs[i], std::move(values[i]));
+    return out;
+  }
+
+  at::Tensor scalar_loss(const Outputs& out) const {
+    const at::Tensor& loss = out.at(loss_output_);
+    if (loss.numel() != 1)
+      throw kiln::InvalidInput("'" + path_ + "': the program's \"" + loss_output_ + "\" has " +
+                               std::to_string(loss.numel()) + " values; with loss = \"output\" it must be one, the loss");
+    return loss.reshape({});
+  }
+
+  // The manifest's loss of the chosen output against the target: a
+  // sequence's logits [N, T, V] against targets [N, T] at every position.
+  at::Tensor manifest_loss(const at::Tensor& y, const at::Tensor& target) const {
+    if (loss_ == Loss::mse) {
+      if (y.numel() != target.numel())
+        throw kiln::InvalidInput("'" + path_ + "': the program returns " + std::to_string(y.numel()) +
+                                 " values for a batch whose target has " + std::to_string(target.numel()) +
+                                 "; loss = \"mse\" compares them one to one");
+      return torch::mse_loss(y.reshape(target.sizes()), target.to(y.scalar_type()));
+    }
+    if (target.dim() == 2)
+      return torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), labels(target).reshape({-1}));
+    return torch::nn::functional::cross_entropy(y, labels(target));
+  }
+
+  void evaluate(const kiln::Batch& batch, kiln::Split split, const std::string& prefix) {
+    const Outputs out = run(batch, split);
+    const at::Tensor first = batch[bound_for(split).batch.empty() ? target_ : bound_for(split).batch[0]];
+    const double rows = first.dim() > 0 ? static_cast<double>(first.size(0)) : 1.0;
+    if (rows == 0) return;
+    if (loss_ == Loss::output) return host().log_metric(prefix + "loss", scalar_loss(out).detach(), rows);
+    const at::Tensor& y = out.at(output_);
+    const at::Tensor target = batch[target_];
+    if (loss_ == Loss::mse) return host().log_metric(prefix + "loss", manifest_loss(y, target).detach(), rows);
+    if (target.dim() != 2) return evaluate_logits(y, target, prefix);
+    // Per token.
+    const at::Tensor flat_target = labels(target).reshape({-1});
+    const at::Tensor flat = y.reshape({-1, y.size(-1)});
+    const double tokens = static_cast<double>(flat_target.size(0));
     if (tokens == 0) return;
-    host().log_metric(prefix + "loss", torch::nn::functional::cross_entropy(flat, target), tokens);
-    host().log_metric(prefix + "acc", flat.argmax(1).eq(target).to(torch::kDouble).mean(), tokens);
+    host().log_metric(prefix + "loss", torch::nn::functional::cross_entropy(flat, flat_target), tokens);
+    host().log_metric(prefix + "acc", flat.argmax(1).eq(flat_target).to(torch::kDouble).mean(), tokens);
   }
 
   std::string path_;
   Loss loss_ = Loss::cross_entropy;
+  std::string loss_output_;  // with Loss::output
+  std::string output_;       // what predictions and the manifest's loss read ("" : none)
+  std::string target_;
+  bool had_checkpointing_ = false;
   torch::nn::Module net_{"Exported"};
-  std::unique_ptr<kiln_exported::GraphProgram> train_, eval_;
+  std::map<std::string, Bound> bound_;
 };
 
 }  // namespace

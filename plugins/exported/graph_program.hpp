@@ -14,12 +14,21 @@
 #include <vector>
 
 #include <ATen/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 namespace torch::_export {
 class ExportedProgram;
 }
 
 namespace kiln_exported {
+
+// Activation checkpointing: the nodes of the modules whose names match one
+// of `modules` (globs, as fnmatch reads them, over the module names of each
+// node's nn_module_stack: "layers.*"), run without keeping their
+// activations and recomputed in backward.
+struct Recompute {
+  std::vector<std::string> modules;
+};
 
 class GraphProgram {
  public:
@@ -30,8 +39,13 @@ class GraphProgram {
   // dynamic dimension other than the batch, an input or output kind other
   // than tensors.
   // `constants`: the program's lifted tensor constants, by name.
+  // `unplaced`: the non-persistent buffers, by state_dict name: the module's
+  // tensors that are not in its state_dict (so not placed on the run's
+  // device by the runtime, not checkpointed, not exported); a run moves them
+  // in place to where its inputs are.
   GraphProgram(const torch::_export::ExportedProgram& program, const std::string& archive, const std::string& name,
-               const std::map<std::string, at::Tensor>& state, const std::map<std::string, at::Tensor>& constants);
+               const std::map<std::string, at::Tensor>& state, const std::map<std::string, at::Tensor>& constants,
+               const std::map<std::string, at::Tensor>& unplaced, const Recompute& recompute = {});
   ~GraphProgram();
   GraphProgram(GraphProgram&&) noexcept;
   GraphProgram& operator=(GraphProgram&&) noexcept;
@@ -47,13 +61,21 @@ class GraphProgram {
 
   // Each input's shape, the first (batch) dimension as -1 where it is dynamic.
   const std::vector<std::vector<int64_t>>& input_shapes() const;
+  // Each input's name in the graph (the forward's argument, or the batch
+  // dict's key it was exported with) and dtype (none where unrecorded).
+  const std::vector<std::string>& input_names() const;
+  const std::vector<std::optional<at::ScalarType>>& input_dtypes() const;
   // The operators the program calls, with how many nodes call each.
   const std::map<std::string, int>& operators() const;
   size_t node_count() const;
+  size_t output_count() const;
+  // How many of the program's nodes activation checkpointing recomputes.
+  size_t recomputed_nodes() const;
 
  private:
   void bind(const torch::_export::ExportedProgram& program, const std::map<std::string, at::Tensor>& state,
-            const std::map<std::string, at::Tensor>& constants);
+            const std::map<std::string, at::Tensor>& constants, const std::map<std::string, at::Tensor>& unplaced,
+            const Recompute& recompute);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

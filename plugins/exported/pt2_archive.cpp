@@ -154,12 +154,49 @@ std::map<std::string, ProgramWeight> read_tensors(Archive& archive, const std::s
     const at::Tensor view =
         at::from_blob(data.get(), {static_cast<int64_t>(bytes / item)}, at::TensorOptions().dtype(*dtype))
             .as_strided(sizes, strides, offset);
-    out[name] = ProgramWeight{view.contiguous().clone(), meta.get_is_param()};
+    out[name] = ProgramWeight{view.contiguous().clone(), meta.get_is_param(), t.get_requires_grad()};
   }
   return out;
 }
 
 std::map<std::string, Pt2Program> read_programs(Archive& archive, const std::string& torch_version);
+
+// extra/kiln.json, as python/kiln_export.py writes it:
+// {"kiln_export": 1, "checkpointing": false,
+//  "programs": {"train": {"inputs": ["input_ids", ...], "outputs": ["loss", "logits"]}, ...}}
+void read_interface(Archive& archive, std::map<std::string, Pt2Program>& programs) {
+  const std::string record = "extra/kiln.json";
+  if (!archive.has(record)) return;
+  const std::string text = archive.text(record);
+  const auto bad = [&](const std::string& why) {
+    return Pt2Error("'" + archive.name() + "': " + record + " " + why + "; export the model again with python/kiln_export.py");
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw bad(std::string("is not JSON (") + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("programs") || !j["programs"].is_object()) throw bad("has no \"programs\" object");
+  const bool checkpointing = j.value("checkpointing", false);
+  const auto names = [&](const nlohmann::json& list, const std::string& what) {
+    std::vector<std::string> out;
+    if (!list.is_array()) throw bad(what + " is not a list of names");
+    for (const auto& item : list) {
+      if (!item.is_string() || item.get<std::string>().empty()) throw bad(what + " holds something other than a name");
+      out.push_back(item.get<std::string>());
+    }
+    return out;
+  };
+  for (auto& [name, program] : programs) {
+    program.had_checkpointing = checkpointing;
+    if (!j["programs"].contains(name)) continue;
+    const nlohmann::json& entry = j["programs"][name];
+    if (!entry.is_object()) throw bad("program '" + name + "' is not an object");
+    program.input_names = names(entry.value("inputs", nlohmann::json::array()), "program '" + name + "' inputs");
+    program.output_names = names(entry.value("outputs", nlohmann::json::array()), "program '" + name + "' outputs");
+  }
+}
 
 // As GraphProgram's binding: a union whose tag its JSON did not set.
 std::map<std::string, Pt2Program> read(Archive& archive, const std::string& torch_version) {
@@ -193,10 +230,11 @@ std::map<std::string, Pt2Program> read_programs(Archive& archive, const std::str
                      program->get_torch_version() + ", newer than this kiln's LibTorch " + torch_version +
                      "; export it with torch " + std::to_string(host.first) + "." + std::to_string(host.second) +
                      " or build kiln against a newer LibTorch");
-    Pt2Program p{std::move(program), read_tensors(archive, name, "weights"), {}};
+    Pt2Program p{std::move(program), read_tensors(archive, name, "weights"), {}, {}, {}, false};
     for (auto& [constant, t] : read_tensors(archive, name, "constants")) p.constants[constant] = t.value;
     out[name] = std::move(p);
   }
+  read_interface(archive, out);
   if (out.empty()) throw Pt2Error("'" + archive.name() + "' holds no exported program (no models/*.json)");
   return out;
 }

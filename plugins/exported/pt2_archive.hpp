@@ -46,6 +46,7 @@ class Pt2Error : public std::runtime_error {
 struct ProgramWeight {
   at::Tensor value;
   bool is_param = false;
+  bool requires_grad = true;  // false: frozen in the module that was exported
 };
 
 struct Pt2Program {
@@ -55,6 +56,13 @@ struct Pt2Program {
   // Tensors the program made while it was traced (torch.tensor(...) in a
   // forward), by the name its signature gives them: not state, not trained.
   std::map<std::string, at::Tensor> constants;
+  // What python/kiln_export.py records of the program's interface
+  // (extra/kiln.json): the batch's name for each user input, in order, and
+  // a name for each user output ("loss", "logits"; "output" for a lone
+  // tensor). Empty for an archive written without it.
+  std::vector<std::string> input_names, output_names;
+  // The module had activation checkpointing enabled when it was exported.
+  bool had_checkpointing = false;
 };
 
 // The programs of an archive, by name ("train", "eval"). `torch_version` is

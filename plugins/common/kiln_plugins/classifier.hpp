@@ -25,11 +25,15 @@ class Classifier : public kiln::Model {
   using kiln::Model::Model;
 
   at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
-    return torch::nn::functional::cross_entropy(forward(batch["input"]), labels(batch));
+    return torch::nn::functional::cross_entropy(forward(batch["input"]), labels(batch["target"]));
   }
 
-  void validation_step(const kiln::Batch& batch, int64_t) override { evaluate(batch, "val/"); }
-  void test_step(const kiln::Batch& batch, int64_t) override { evaluate(batch, "test/"); }
+  void validation_step(const kiln::Batch& batch, int64_t) override {
+    evaluate_logits(forward(batch["input"]), batch["target"], "val/");
+  }
+  void test_step(const kiln::Batch& batch, int64_t) override {
+    evaluate_logits(forward(batch["input"]), batch["target"], "test/");
+  }
 
   void on_epoch_end(kiln::Split split, const kiln::Collected& rows) override {
     if (split == kiln::Split::train || rows.empty()) return;
@@ -85,19 +89,17 @@ class Classifier : public kiln::Model {
   // Logits [N, classes] of one input batch.
   virtual at::Tensor forward(const at::Tensor& input) = 0;
 
- private:
+ protected:
   // Lets a data module hand over int32 labels too; int64 ones are taken as
   // they are, without dispatching the no-op to() every step.
-  static at::Tensor labels(const kiln::Batch& batch) {
-    const at::Tensor& target = batch["target"];
+  static at::Tensor labels(const at::Tensor& target) {
     return target.scalar_type() == torch::kLong ? target : target.to(torch::kLong);
   }
 
   // Weighted by batch size so that the host's epoch mean is the mean over
   // samples, not over batches (the last batch may be short).
-  void evaluate(const kiln::Batch& batch, const std::string& prefix) {
-    const at::Tensor logits = forward(batch["input"]);
-    const at::Tensor target = labels(batch);
+  void evaluate_logits(const at::Tensor& logits, const at::Tensor& labels_in, const std::string& prefix) {
+    const at::Tensor target = labels(labels_in);
     const int64_t n = target.size(0);
     if (n == 0) return;
     // Tensors, not values: the host reads them back at log points only

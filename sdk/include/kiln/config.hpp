@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -93,6 +94,22 @@ class Config {
       const toml::table* t = element.as_table();
       if (!t) throw wrong_type(key + "[" + std::to_string(out.size()) + "]", "a table", element);
       out.push_back(Config(*t));
+    }
+    return out;
+  }
+
+  // A table of strings (`inputs = { attention_mask = "mask" }`), by key.
+  std::map<std::string, std::string> get_string_table(const std::string& key) {
+    read_.insert(key);
+    std::map<std::string, std::string> out;
+    const toml::node* node = table_.get(key);
+    if (!node) return out;
+    const toml::table* t = node->as_table();
+    if (!t) throw wrong_type(key, "a table of strings", *node);
+    for (const auto& [name, value] : *t) {
+      const auto* text = value.as_string();
+      if (!text) throw wrong_type(key + "." + std::string(name.str()), "string", value);
+      out[std::string(name.str())] = text->get();
     }
     return out;
   }

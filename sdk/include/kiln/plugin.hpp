@@ -121,6 +121,14 @@ class Batch {
     return borrow_tensor(handle);
   }
   at::Tensor operator[](const std::string& name) const { return (*this)[name.c_str()]; }
+  // The batch's names, in the order the data module put them.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    const size_t n = host_->batch_count(host_, batch_);
+    for (size_t i = 0; i < n; ++i)
+      if (const char* name = host_->batch_name_at(host_, batch_, i)) out.emplace_back(name);
+    return out;
+  }
 
  private:
   const kiln_host* host_;
