@@ -776,7 +776,9 @@ struct GraphProgram::Impl::Checkpoint : torch::autograd::Function<GraphProgram::
 
   // Runs without gradients (the function's forward): the segment's
   // activations are dropped as it goes, as an eval step's would be.
-  static variable_list forward(torch::autograd::AutogradContext* ctx, variable_list inputs,
+  // `inputs` as a TensorList: the form autograd's custom functions take
+  // their inputs in (a std::vector is passed through as a non-tensor).
+  static variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs,
                                c10::intrusive_ptr<SegmentRun> run, std::vector<c10::IValue>* values) {
     const Segment& seg = *run->seg;
     run->m->run_steps(seg.begin, seg.end, *values, run->device);
@@ -797,7 +799,7 @@ struct GraphProgram::Impl::Checkpoint : torch::autograd::Function<GraphProgram::
       if (!c10::isFloatingType(t.scalar_type()) && !c10::isComplexType(t.scalar_type())) integral.push_back(t);
     }
     if (!integral.empty()) ctx->mark_non_differentiable(integral);
-    ctx->save_for_backward(inputs);
+    ctx->save_for_backward(inputs.vec());
     ctx->saved_data["run"] = c10::IValue::make_capsule(run);
     return out;
   }
@@ -851,7 +853,9 @@ struct GraphProgram::Impl::Checkpoint : torch::autograd::Function<GraphProgram::
         outs_grads.push_back(grads[j]);
       }
     }
-    variable_list result(saved.size());
+    // One gradient for each of forward's arguments: the inputs', then none
+    // for the run and the values.
+    variable_list result(saved.size() + 2);
     variable_list wanted;
     std::vector<size_t> at_input;
     for (size_t i = 0; i < detached.size(); ++i)
@@ -888,7 +892,7 @@ void GraphProgram::Impl::checkpointed(const Segment& seg, std::vector<c10::IValu
   if (device.type() != c10::kCPU) run->device_rng = rng_state(at::globalContext().defaultGenerator(device));
   run->autocast = at::autocast::is_autocast_enabled(device.type());
   run->autocast_dtype = at::autocast::get_autocast_dtype(device.type());
-  const torch::autograd::variable_list out = Checkpoint::apply(inputs, run, &values);
+  const torch::autograd::variable_list out = Checkpoint::apply(at::TensorList(inputs), run, &values);
   for (size_t j = 0; j < out.size(); ++j) values[seg.outs[run->tensor_outs[j]]] = out[j];
 }
 
