@@ -39,6 +39,11 @@ BUILD_DIR=${KILN_BUILD_DIR:-build}
 TORCH_WHEEL_VERSION=2.14.1
 # torchvision's release for that torch (the tests' resnet18 only).
 TORCHVISION_WHEEL_VERSION=0.29.1
+# Hugging Face's libraries the wheel's tests fine-tune models of
+# (tests/integration/hugging_face_test.cpp) and examples/hugging_face uses;
+# tokenizers comes with transformers.
+TRANSFORMERS_WHEEL_VERSION=5.24.0
+PEFT_WHEEL_VERSION=0.21.2
 TORCH_VENV=${KILN_TORCH_VENV:-.venv-torch}
 TORCH=debian
 # The readers tests check kiln's files with (never used by kiln itself).
@@ -104,12 +109,13 @@ install_check_python() {
   fi
   # Pillow pinned: the images' reference decodes and resizes (tests/images).
   local also=""
-  [ "$TORCH" = wheel ] && also="import torchvision; assert torchvision.__version__.split('+')[0] == '$TORCHVISION_WHEEL_VERSION';"
+  [ "$TORCH" = wheel ] && also="import torchvision, transformers, peft; assert torchvision.__version__.split('+')[0] == '$TORCHVISION_WHEEL_VERSION'; assert transformers.__version__ == '$TRANSFORMERS_WHEEL_VERSION'; assert peft.__version__ == '$PEFT_WHEEL_VERSION';"
   if ! "$py" -c "import tensorboard, safetensors, torch, sklearn, PIL; assert PIL.__version__ == '12.3.0'; $also" 2>/dev/null; then
     local pip=("${CHECK_PIP[@]}")
     # The wheel's venv does not see Debian's python3-sklearn; torchvision:
     # integration.Exported's resnet18 (the release that goes with the torch).
-    [ "$TORCH" = wheel ] && pip+=(scikit-learn==1.5.2 torchvision==$TORCHVISION_WHEEL_VERSION)
+    [ "$TORCH" = wheel ] && pip+=(scikit-learn==1.5.2 torchvision==$TORCHVISION_WHEEL_VERSION
+                                  transformers==$TRANSFORMERS_WHEEL_VERSION peft==$PEFT_WHEEL_VERSION)
     echo "go: installing ${pip[*]} for the tests' file checks"
     "$py" -m pip install -q --disable-pip-version-check "${pip[@]}"
   fi

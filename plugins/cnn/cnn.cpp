@@ -72,7 +72,9 @@ class Cnn final : public kiln_plugins::Classifier {
           "each input sample has " + std::to_string(n ? input.numel() / n : 0) +
           " values but in_channels x image_size^2 = " + std::to_string(per_sample) +
           "; set in_channels and image_size in the [model] table to match the data");
-    at::Tensor x = input.reshape({n, in_channels_, image_size_, image_size_});
+    // Integer pixels (kiln_arrays serves integer arrays as int64) as floats.
+    at::Tensor x = (input.is_floating_point() ? input : input.to(at::kFloat))
+                       .reshape({n, in_channels_, image_size_, image_size_});
     for (auto& conv : convs_)
       x = torch::max_pool2d(torch::relu(conv->forward(x)), /*kernel_size=*/2);
     x = torch::relu(fc1_->forward(x.flatten(/*start_dim=*/1)));

@@ -67,6 +67,9 @@ struct Step {
   std::vector<ArgPlan> args;
   std::vector<OutPlan> outs;
   char arith = 0;  // int_arith: + - * / (floor) %
+  // aten::_assert_tensor_metadata: the dtypes export traced, which autocast
+  // (bf16-mixed) changes by design; skipped while autocast is on.
+  bool traced_dtype_check = false;
   bool enabled = false;                       // enter_*: the region's grad mode or autocast
   std::optional<at::ScalarType> autocast_dtype;  // enter_autocast: the dtype it casts to, when given
 };
@@ -186,18 +189,20 @@ struct GraphProgram::Impl {
   // run holds no activation longer than autograd does.
   std::vector<std::vector<int>> release_after;
 
+  // `mixed`: the run is under autocast (bf16-mixed), whatever a region sets.
   void exec(const Step& step, std::vector<c10::IValue>& values, const c10::Device& device,
-            std::optional<RegionModes>& regions, torch::jit::Stack& stack) const;
+            std::optional<RegionModes>& regions, torch::jit::Stack& stack, bool mixed) const;
   // Runs a segment through the Checkpoint function (autograd records the
   // segment as one node that recomputes it in backward).
   void checkpointed(const Segment& seg, std::vector<c10::IValue>& values, const c10::Device& device) const;
   // The steps [begin, end) on `values`, each value dropped after its last reader.
-  void run_steps(size_t begin, size_t end, std::vector<c10::IValue>& values, const c10::Device& device) const {
+  void run_steps(size_t begin, size_t end, std::vector<c10::IValue>& values, const c10::Device& device,
+                 bool mixed) const {
     std::optional<RegionModes> regions;
     if (has_regions) regions.emplace(device.type());
     torch::jit::Stack stack;
     for (size_t i = begin; i < end; ++i) {
-      exec(steps[i], values, device, regions, stack);
+      exec(steps[i], values, device, regions, stack, mixed);
       release(i, values);
     }
   }
@@ -458,6 +463,7 @@ struct GraphProgram::Impl {
                "calls " + name + (overload.empty() ? "" : "." + overload) +
                    ", which this LibTorch does not have; export with the torch whose LibTorch kiln is built against");
       ++operators[name + (overload.empty() ? "" : "." + overload)];
+      step.traced_dtype_check = name == "aten::_assert_tensor_metadata";
     } else {
       refuse(node, target, "is not an ATen operator; kiln runs programs of ATen operators only");
     }
@@ -781,7 +787,7 @@ struct GraphProgram::Impl::Checkpoint : torch::autograd::Function<GraphProgram::
   static variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList inputs,
                                c10::intrusive_ptr<SegmentRun> run, std::vector<c10::IValue>* values) {
     const Segment& seg = *run->seg;
-    run->m->run_steps(seg.begin, seg.end, *values, run->device);
+    run->m->run_steps(seg.begin, seg.end, *values, run->device, run->autocast);
     variable_list out;
     std::vector<at::Tensor> integral;
     for (size_t k = 0; k < seg.outs.size(); ++k) {
@@ -836,7 +842,7 @@ struct GraphProgram::Impl::Checkpoint : torch::autograd::Function<GraphProgram::
       RegionModes modes(run->device.type());
       modes.enter_autocast(run->autocast, run->autocast_dtype);
       try {
-        m.run_steps(seg.begin, seg.end, values, run->device);
+        m.run_steps(seg.begin, seg.end, values, run->device, run->autocast);
       } catch (...) {
         set_rng_state(cpu, cpu_now);
         if (device_gen) set_rng_state(*device_gen, device_now);
@@ -898,7 +904,7 @@ void GraphProgram::Impl::checkpointed(const Segment& seg, std::vector<c10::IValu
 
 // One step of the program on `values` (Impl::exec).
 void GraphProgram::Impl::exec(const Step& step, std::vector<c10::IValue>& values, const c10::Device& device,
-                              std::optional<RegionModes>& regions, torch::jit::Stack& stack) const {
+                              std::optional<RegionModes>& regions, torch::jit::Stack& stack, bool mixed) const {
   switch (step.kind) {
     case Step::Kind::enter_grad: regions->enter_grad(step.enabled); return;
     case Step::Kind::enter_autocast: regions->enter_autocast(step.enabled, step.autocast_dtype); return;
@@ -934,7 +940,13 @@ void GraphProgram::Impl::exec(const Step& step, std::vector<c10::IValue>& values
     }
   }
   switch (step.kind) {
-    case Step::Kind::op: step.op->callBoxed(&stack); break;
+    case Step::Kind::op:
+      if (step.traced_dtype_check && mixed) {
+        stack.clear();
+        return;
+      }
+      step.op->callBoxed(&stack);
+      break;
     case Step::Kind::getitem: {
       const c10::IValue list = stack[0];
       const int64_t i = stack[1].toInt();
@@ -1001,6 +1013,7 @@ std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs)
   torch::jit::Stack stack;
   // Checkpointed segments only where backward will follow.
   const bool recompute = !m.segments.empty() && c10::GradMode::is_enabled();
+  const bool mixed = at::autocast::is_autocast_enabled(device.type());
   for (size_t i = 0; i < m.steps.size();) {
     if (recompute && m.segment_at[i] >= 0) {
       const Impl::Segment& seg = m.segments[static_cast<size_t>(m.segment_at[i])];
@@ -1008,7 +1021,7 @@ std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs)
       i = seg.end;
       continue;
     }
-    m.exec(m.steps[i], values, device, regions, stack);
+    m.exec(m.steps[i], values, device, regions, stack, mixed);
     m.release(i, values);
     ++i;
   }

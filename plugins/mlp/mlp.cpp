@@ -50,7 +50,9 @@ class Mlp final : public kiln_plugins::Classifier {
   at::Tensor forward(const at::Tensor& input) override {
     // Already flat (the usual [N, features] batch): used as is; a reshape
     // would still build a view per step.
-    at::Tensor x = input.dim() == 2 ? input : input.reshape({input.size(0), -1});
+    // Integer features (kiln_arrays serves integer arrays as int64) as floats.
+    at::Tensor x = input.is_floating_point() ? input : input.to(at::kFloat);
+    if (x.dim() != 2) x = x.reshape({x.size(0), -1});
     if (x.size(1) != in_features_)
       throw std::runtime_error(
           "input has " + std::to_string(x.size(1)) +

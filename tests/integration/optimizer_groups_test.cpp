@@ -52,6 +52,37 @@ TEST(OptimizerGroups, AGroupsLearningRateReachesOnlyItsParameters) {
   EXPECT_NE(section(g, "param/fc2.bias"), section(f, "param/fc2.bias"));
 }
 
+// A C++ plugin's parameter registered without gradients stays frozen as an
+// exported one does: AdamW with weight decay and clipping leave it bitwise
+// as it was (a run of 1 epoch and of 3 end with the same bias), it is in
+// the checkpoint and in `kiln export`, the summary counts it as
+// non-trainable, and a group that names only it is refused in one line.
+TEST(OptimizerGroups, ACppPluginsParameterWithoutGradientsStaysFrozen) {
+  TempDir one, three, grouped;
+  const std::string trainer = "batch_size = 4\ngradient_clip_val = 0.1\n";
+  const std::string adamw = "\n[optimizer]\nname = \"adamw\"\nlr = 0.05\nweight_decay = 0.5\n";
+  const ProcessResult a =
+      kiln_fit(recorder_manifest(one, "frozen_bias = true", "size = 16", "", trainer + "max_epochs = 1\n" + adamw +
+                                                                                "\n[checkpoint]\n"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("2         Non-trainable params"), std::string::npos) << a.output;
+  const ProcessResult b =
+      kiln_fit(recorder_manifest(three, "frozen_bias = true", "size = 16", "", trainer + "max_epochs = 3\n" + adamw +
+                                                                                  "\n[checkpoint]\n"));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const auto la = last_checkpoint(one), lb = last_checkpoint(three);
+  EXPECT_EQ(section(la, "param/bias"), section(lb, "param/bias"));
+  EXPECT_NE(section(la, "param/weight"), section(lb, "param/weight"));
+  const ProcessResult exported = kiln({"export", lb.string(), "-o", (three / "w.safetensors").string()});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("exported 2 tensors"), std::string::npos) << exported.output;
+  const ProcessResult refused = kiln_fit(recorder_manifest(
+      grouped, "frozen_bias = true", "size = 16", "",
+      trainer + "max_epochs = 1\n" + adamw + "\n[[optimizer.groups]]\nmatch = [\"bias\"]\nlr = 0.1\n"));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("leaves the group no parameter to train"), std::string::npos) << refused.output;
+}
+
 // weight_decay = 0 on the biases: they end unlike a run that decays them.
 TEST(OptimizerGroups, NoDecayOnBiasesChangesThemAndTheCheckpointNamesTheGroups) {
   TempDir grouped, plain;

@@ -179,6 +179,8 @@ class RecorderModel : public Recording<kiln::Model> {
       wait_for_.replace(at, 6, std::to_string(host.rank()));
     if (const std::string buffer = config.get<std::string>("buffer", ""); !buffer.empty())
       net_->register_buffer(buffer, torch::zeros({3}));
+    // A parameter made without gradients, as a C++ plugin freezes one.
+    if (config.get<bool>("frozen_bias", false)) net_->bias.set_requires_grad(false);
   }
   static int64_t outputs(const kiln::Host& host, kiln::Config& config) {
     const int64_t odd = config.get<int64_t>("odd_rank_outputs", 2);

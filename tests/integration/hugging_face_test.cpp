@@ -1,0 +1,357 @@
+// The models people fine-tune, from Hugging Face's `transformers` and
+// `peft`, exported by python/kiln_export.py with the batch as a tokenizer
+// returns it (input_ids, attention_mask, labels) and trained by kiln with no
+// Python in the run, against PyTorch itself: a Llama-style causal LM (RoPE,
+// RMSNorm, grouped-query attention) on padded batches, with and without
+// kiln's activation checkpointing; a BERT-style encoder classifying padded
+// token ids with a frozen backbone; a LoRA adapter made by peft; and a
+// module with no_grad and autocast regions, a non-persistent buffer and a
+// constant. For each, the 20 steps' losses equal an eager loop's on the same
+// batches within 1e-5 relative, frozen weights are bitwise unchanged and the
+// weights kiln exports load back strictly. The wheel's variant runs these,
+// with transformers and peft pinned in its venv (./go).
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "checkpoint_sections.hpp"
+#include "ckpt/tensor_sections.hpp"
+#include "exported_common.hpp"
+
+namespace kiln::test {
+namespace {
+
+#define KILN_REQUIRE_TRANSFORMERS(dir)                                                                         \
+  do {                                                                                                         \
+    KILN_REQUIRE_EXPORTED_PLUGIN();                                                                            \
+    const ProcessResult probe = run_script(dir, "probe.py", "import transformers, peft\n", {});                 \
+    if (probe.exit_code != 0)                                                                                  \
+      GTEST_SKIP() << "no transformers and peft beside the checking Python's torch (./go test --torch wheel " \
+                      "installs them)";                                                                        \
+  } while (0)
+
+// The models, their data and the eager loops. Arguments: python/, the
+// test's directory, then what to do.
+const char* kModels = R"PY(
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+from safetensors.torch import load_file, save_file
+from transformers import BertConfig, BertForSequenceClassification, LlamaConfig, LlamaForCausalLM
+
+dir, model_kind, what = sys.argv[2], sys.argv[3], sys.argv[4]
+V, T = 96, 16
+
+def llama():
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                        use_cache=False, tie_word_embeddings=False, pad_token_id=0))
+
+def bert():
+    torch.manual_seed(0)
+    return BertForSequenceClassification(BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2,
+                                                    num_attention_heads=4, intermediate_size=64,
+                                                    max_position_embeddings=64, num_labels=3, hidden_dropout_prob=0.0,
+                                                    attention_probs_dropout_prob=0.0, pad_token_id=0))
+
+def lora(base):
+    from peft import LoraConfig, get_peft_model
+    torch.manual_seed(1)
+    return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"]))
+
+def frozen_backbone(model):
+    for name, p in model.named_parameters():
+        if name.startswith("bert.embeddings.") or name.startswith("bert.encoder.layer.0."):
+            p.requires_grad_(False)
+    return model
+
+def make(kind):
+    if kind == "llama":
+        return llama()
+    if kind == "bert":
+        return frozen_backbone(bert())
+    return lora(llama())
+
+# Token ids padded at the end (0), each row its own length; labels: the ids
+# (-100 at the padding) for a causal LM, a class for the encoder.
+def data(n, seed, kind):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, V, (n, T), generator=g)
+    mask = torch.ones(n, T, dtype=torch.long)
+    for i in range(n):
+        mask[i, T - (i * 7) % 6:] = 0
+    ids = ids * mask
+    labels = (ids[:, 0] % 3) if kind == "bert" else ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+def optimizer(model, kind):
+    trained = [p for p in model.parameters() if p.requires_grad]
+    if kind == "bert":
+        return torch.optim.SGD(trained, lr=0.1, momentum=0.9, weight_decay=0.01)
+    return torch.optim.SGD(trained, lr=0.1)
+
+if what == "export":
+    model = make(model_kind)
+    torch.save(model.state_dict(), dir + "/init.pt")
+    save_file(data(160, 1, model_kind), dir + "/train.safetensors")
+    save_file(data(16, 2, model_kind), dir + "/test.safetensors")
+    kiln_export.export(model, data(4, 3, model_kind), dir + "/model.pt2")
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    print("trainable", trainable, "total", sum(p.numel() for p in model.parameters()))
+elif what == "eager":
+    torch.set_num_threads(1)
+    model = make(model_kind)
+    model.load_state_dict(torch.load(dir + "/init.pt"))
+    model.train()
+    opt = optimizer(model, model_kind)
+    batches = data(160, 1, model_kind)
+    for i in range(0, 160, 8):
+        opt.zero_grad()
+        loss = model(**{k: v[i:i + 8] for k, v in batches.items()}).loss
+        loss.backward()
+        if model_kind == "bert":
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 0.5)
+        opt.step()
+        print("loss", repr(loss.item()))
+else:  # back: kiln's weights into the Python model, strictly, and its predictions
+    model = make(model_kind)
+    init = torch.load(dir + "/init.pt")
+    trained = load_file(dir + "/weights.safetensors")
+    model.load_state_dict(trained, strict=True)
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    moved = [n for n in frozen if not torch.equal(trained[n], init[n])]
+    print("frozen", len(frozen), "moved", len(moved), moved[:3])
+    if model_kind == "lora":
+        model = model.merge_and_unload()
+    model.eval()
+    test = data(16, 2, model_kind)
+    with torch.no_grad():
+        logits = model(input_ids=test["input_ids"], attention_mask=test["attention_mask"]).logits
+    want = torch.softmax(logits[:, -1] if logits.dim() == 3 else logits, dim=1)
+    got = torch.load(dir + "/run/predictions.pt", weights_only=True)
+    print("max_abs_diff", float((want - got).abs().max()))
+)PY";
+
+ProcessResult models(const TempDir& dir, const std::string& kind, const std::string& what) {
+  return run_script(dir, "models.py", kModels, {kind, what});
+}
+
+// A run over the arrays the script wrote: every array by its name.
+std::filesystem::path hf_manifest(const TempDir& dir, const std::string& model_extra, const std::string& trainer_extra,
+                                  const std::string& optimizer = "name = \"sgd\"\nlr = 0.1\n",
+                                  const std::string& extra = "") {
+  return write_run_manifest(dir, {.name = "hf",
+                                  .run = "seed = 0\nthreads = 1\n",
+                                  .model = exported_keys(dir, "model.pt2", model_extra),
+                                  .data = "path = \"kiln_arrays\"\ntrain = \"" + (dir / "train.safetensors").string() +
+                                          "\"\ntest = \"" + (dir / "test.safetensors").string() + "\"\n",
+                                  .trainer = trainer_keys(1, 8, kInOrder + trainer_extra),
+                                  .optimizer = optimizer,
+                                  .extra = "\n[checkpoint]\n" + extra + kCsvAndJsonl});
+}
+
+// kiln's last weights as safetensors, then the script's check of them.
+ProcessResult weights_back(const TempDir& dir, const std::string& kind) {
+  const auto last = dir / "run" / "checkpoints" / "last.ckpt";
+  const ProcessResult exported = kiln({"export", last.string(), "-o", (dir / "weights.safetensors").string(), "--force"});
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  const ProcessResult predicted = kiln({"predict", (dir / "run.toml").string(), "--ckpt", "last"});
+  EXPECT_EQ(predicted.exit_code, 0) << predicted.output;
+  return models(dir, kind, "back");
+}
+
+bool same_parameters(const std::filesystem::path& a, const std::filesystem::path& b) {
+  return sections(a / "checkpoints" / "last.ckpt", "param/") == sections(b / "checkpoints" / "last.ckpt", "param/");
+}
+
+TEST(HuggingFace, ALlamaCausalLmOnPaddedBatchesTrainsAsEagerWithAndWithoutActivationCheckpointing) {
+  TempDir dir, recomputed;
+  KILN_REQUIRE_TRANSFORMERS(dir);
+  const ProcessResult exported = models(dir, "llama", "export");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const ProcessResult fit = kiln_fit(hf_manifest(dir, "", ""), {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_NE(fit.output.find("aten::scaled_dot_product_attention"), std::string::npos) << fit.output;
+  const ProcessResult eager = models(dir, "llama", "eager");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  const std::vector<double> losses = step_losses(dir / "run" / "metrics.jsonl");
+  expect_the_eager_losses(losses, eager);
+  expect_the_same_outputs(weights_back(dir, "llama"));
+
+  // Activation checkpointing: each decoder layer recomputed in backward,
+  // the same losses and weights to the bit.
+  for (const char* file : {"model.pt2", "train.safetensors", "test.safetensors"})
+    std::filesystem::copy_file(dir / file, recomputed / file);
+  const ProcessResult again =
+      kiln_fit(hf_manifest(recomputed, "activation_checkpointing = [\"model.layers.*\"]\n", ""), {}, kTimeout);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("activation checkpointing recomputes"), std::string::npos) << again.output;
+  EXPECT_EQ(step_losses(recomputed / "run" / "metrics.jsonl"), losses);
+  EXPECT_TRUE(same_parameters(dir / "run", recomputed / "run"));
+}
+
+// A BERT-style encoder whose embeddings and first layer are frozen, on
+// padded token ids with an attention mask, SGD with momentum and weight
+// decay, gradients clipped to a norm of 0.5: the frozen weights are not
+// stepped, decayed or counted in the norm (the eager loop's losses), and
+// stay bitwise what they were.
+TEST(HuggingFace, ABertEncoderWithAFrozenBackboneClassifiesPaddedTokensAsEager) {
+  TempDir dir;
+  KILN_REQUIRE_TRANSFORMERS(dir);
+  const ProcessResult exported = models(dir, "bert", "export");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const std::string sgd = "name = \"sgd\"\nlr = 0.1\nmomentum = 0.9\nweight_decay = 0.01\n";
+  // A group that names only frozen parameters: one line, exit 2, nothing written.
+  const ProcessResult grouped = kiln_fit(
+      hf_manifest(dir, "", "", sgd + "\n[[optimizer.groups]]\nmatch = [\"bert.embeddings.*\"]\nlr = 0.01\n"), {},
+      kTimeout);
+  EXPECT_EQ(grouped.exit_code, 2) << grouped.output;
+  EXPECT_NE(grouped.output.find("leaves the group no parameter to train"), std::string::npos) << grouped.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run")) << grouped.output;
+
+  const ProcessResult fit = kiln_fit(hf_manifest(dir, "", "gradient_clip_val = 0.5\n", sgd), {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  // The summary's counts are Python's.
+  const std::vector<double> counts = printed(exported.output, "trainable");
+  ASSERT_EQ(counts.size(), 1u) << exported.output;
+  const double total = printed(exported.output, "total").at(0);
+  auto short_count = [](double n) {
+    char text[32];
+    std::snprintf(text, sizeof text, n / 1000 < 10 ? "%.1f K" : "%.0f K", n / 1000);
+    return std::string(text);
+  };
+  EXPECT_NE(fit.output.find(short_count(counts[0]) + std::string(9 - short_count(counts[0]).size(), ' ') +
+                            " Trainable params"),
+            std::string::npos)
+      << fit.output;
+  EXPECT_NE(fit.output.find(short_count(total - counts[0])), std::string::npos) << fit.output;
+  const ProcessResult eager = models(dir, "bert", "eager");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  expect_the_eager_losses(step_losses(dir / "run" / "metrics.jsonl"), eager);
+  const ProcessResult back = weights_back(dir, "bert");
+  expect_the_same_outputs(back);
+  EXPECT_NE(back.output.find("moved 0 "), std::string::npos) << back.output;
+  EXPECT_EQ(back.output.find("frozen 0 "), std::string::npos) << back.output;
+}
+
+// A LoRA adapter made by peft on the Llama: only the adapter's weights
+// train (the base's stay bitwise), kiln's weights load back into the PEFT
+// model strictly, merge_and_unload() gives kiln predict's outputs, and a
+// run stopped mid-epoch and resumed is bitwise the uninterrupted one.
+TEST(HuggingFace, ALoraAdapterTrainsItsWeightsOnlyMergesAndResumesBitwise) {
+  TempDir dir, resumed;
+  KILN_REQUIRE_TRANSFORMERS(dir);
+  const ProcessResult exported = models(dir, "lora", "export");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const ProcessResult fit = kiln_fit(hf_manifest(dir, "", ""), {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const ProcessResult eager = models(dir, "lora", "eager");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  const std::vector<double> losses = step_losses(dir / "run" / "metrics.jsonl");
+  expect_the_eager_losses(losses, eager);
+  const ProcessResult back = weights_back(dir, "lora");
+  expect_the_same_outputs(back);
+  EXPECT_NE(back.output.find("moved 0 "), std::string::npos) << back.output;
+  EXPECT_EQ(back.output.find("frozen 0 "), std::string::npos) << back.output;
+
+  for (const char* file : {"model.pt2", "train.safetensors", "test.safetensors"})
+    std::filesystem::copy_file(dir / file, resumed / file);
+  const std::filesystem::path manifest = hf_manifest(resumed, "", "");
+  const ProcessResult stopped = kiln_fit(manifest, {"--set", "trainer.max_steps=13"}, kTimeout);
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const ProcessResult rest = kiln_fit(manifest, {"--resume", "last"}, kTimeout);
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  EXPECT_EQ(step_losses(resumed / "run" / "metrics.jsonl"), losses);
+  EXPECT_TRUE(same_parameters(dir / "run", resumed / "run"));
+}
+
+// A module with a torch.no_grad() region, a torch.autocast(enabled=False)
+// region around a Linear, a buffer registered with persistent=False and a
+// tensor made in forward: export records the regions as higher-order
+// operators over subgraphs, which kiln runs under their modes. In float32
+// and in bf16-mixed (where the region keeps its Linear in float32) the
+// losses are an eager loop's, and the weights load back strictly (the
+// buffer is not among them, as it is not in the module's state_dict).
+const char* kRegions = R"PY(
+import sys, torch
+from torch import nn
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+from safetensors.torch import load_file, save_file
+dir, what = sys.argv[2], sys.argv[3]
+
+class Regions(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.mid, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 3)
+        self.register_buffer("scale", torch.linspace(0.5, 1.5, 16), persistent=False)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        with torch.no_grad():
+            gate = torch.sigmoid(h) * self.scale
+        with torch.autocast("cpu", enabled=False):
+            h = self.mid(torch.tanh(h).float()) * gate
+        return self.fc2(h) + torch.tensor([0.1, 0.0, -0.1])
+
+g = torch.Generator().manual_seed(4)
+x = torch.randn(160, 8, generator=g)
+y = (x[:, 0] > 0).long() + (x[:, 1] > 0.5).long()
+if what == "export":
+    torch.manual_seed(0)
+    model = Regions()
+    torch.save(model.state_dict(), dir + "/init.pt")
+    save_file({"x": x, "y": y}, dir + "/train.safetensors")
+    kiln_export.export(model, x[:4], dir + "/model.pt2")
+elif what in ("eager", "eager_bf16"):
+    torch.set_num_threads(1)
+    model = Regions()
+    model.load_state_dict(torch.load(dir + "/init.pt"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for i in range(0, 160, 8):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=what == "eager_bf16"):
+            out = model(x[i:i + 8])
+        loss = nn.functional.cross_entropy(out.float(), y[i:i + 8])
+        loss.backward()
+        opt.step()
+        print("loss", repr(loss.item()))
+else:
+    model = Regions()
+    model.load_state_dict(load_file(dir + "/weights.safetensors"), strict=True)
+    print("loaded", sorted(model.state_dict()))
+)PY";
+
+TEST(HuggingFace, GradModeAndAutocastRegionsANonPersistentBufferAndAConstantRunAsEager) {
+  TempDir dir;
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  auto python = [&](const char* what) { return run_script(dir, "regions.py", kRegions, {what}); };
+  const ProcessResult exported = python("export");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  for (const std::string precision : {"32", "bf16-mixed"}) {
+    SCOPED_TRACE(precision);
+    std::filesystem::remove_all(dir / "run");
+    write_run_manifest(dir, {.name = "regions",
+                             .run = "seed = 0\nthreads = 1\n",
+                             .model = exported_keys(dir, "model.pt2"),
+                             .data = "path = \"kiln_arrays\"\ntrain = \"" + (dir / "train.safetensors").string() +
+                                     "\"\ninput = \"x\"\ntarget = \"y\"\n",
+                             .trainer = trainer_keys(1, 8, kInOrder + "precision = \"" + precision + "\"\n"),
+                             .optimizer = "name = \"sgd\"\nlr = 0.1\n",
+                             .extra = "\n[checkpoint]\n" + kCsvAndJsonl});
+    const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
+    ASSERT_EQ(fit.exit_code, 0) << fit.output;
+    const ProcessResult eager = python(precision == "32" ? "eager" : "eager_bf16");
+    ASSERT_EQ(eager.exit_code, 0) << eager.output;
+    expect_the_eager_losses(step_losses(dir / "run" / "metrics.jsonl"), eager);
+  }
+  const auto last = dir / "run" / "checkpoints" / "last.ckpt";
+  ASSERT_EQ(kiln({"export", last.string(), "-o", (dir / "weights.safetensors").string()}).exit_code, 0);
+  const ProcessResult back = python("back");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_EQ(back.output.find("scale"), std::string::npos) << back.output;
+}
+
+}  // namespace
+}  // namespace kiln::test
