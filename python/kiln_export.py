@@ -147,9 +147,7 @@ def _output_names(spec, prefix="") -> list:
 
 
 def _checkpointing_enabled(model: torch.nn.Module) -> bool:
-    for flag in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # transformers 5, 4
-        if hasattr(type(model), flag):
-            return bool(getattr(model, flag))
+    # transformers marks each checkpointed layer (GradientCheckpointingLayer)
     return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
@@ -211,7 +209,13 @@ def _main(argv=None) -> int:
     )
     parser.add_argument("file", help="the Python file that defines the model")
     parser.add_argument("name", help="the nn.Module class (built with no arguments) or a function returning the model")
-    parser.add_argument("--shape", required=True, help="one sample's shape, without the batch: 784 or 3,32,32")
+    shape = parser.add_mutually_exclusive_group(required=True)
+    shape.add_argument("--shape", help="one sample's shape, without the batch: 784 or 3,32,32")
+    shape.add_argument(
+        "--batch",
+        help="a .safetensors file of named arrays (input_ids, attention_mask, labels): its first rows are the "
+        "example batch, each program input bound to the array of its name",
+    )
     parser.add_argument("--seed", type=int, default=0, help="torch.manual_seed before the model is built")
     parser.add_argument("-o", "--output", default="model.pt2")
     args = parser.parse_args(argv)
@@ -220,9 +224,14 @@ def _main(argv=None) -> int:
     spec.loader.exec_module(module)
     torch.manual_seed(args.seed)
     model = getattr(module, args.name)()
-    shape = [int(s) for s in args.shape.split(",")]
+    if args.batch:
+        from safetensors.torch import load_file
+
+        example = {k: v[:2] for k, v in load_file(args.batch).items()}
+    else:
+        example = torch.randn(2, *[int(s) for s in args.shape.split(",")])
     try:
-        export(model, torch.randn(2, *shape), args.output)
+        export(model, example, args.output)
     except KilnExportError as error:
         print(f"kiln_export: {error}", file=sys.stderr)
         return 2

@@ -353,5 +353,48 @@ TEST(HuggingFace, GradModeAndAutocastRegionsANonPersistentBufferAndAConstantRunA
   EXPECT_EQ(back.output.find("scale"), std::string::npos) << back.output;
 }
 
+
+// examples/hugging_face/README.md's commands, in order, in a copy of the
+// folder: the KJV text from Debian's bible-kjv (fewer lines), a tokenizer
+// trained by `tokenizers`, the PEFT model exported with kiln_export.py's
+// one command, kiln fit (a few steps), kiln export, and generate.py, which
+// loads the weights back strictly, merges the adapter and prints a line
+// that begins with the prompt.
+TEST(HuggingFace, TheWalkthroughRunsAsItsReadmeSays) {
+  TempDir dir;
+  KILN_REQUIRE_TRANSFORMERS(dir);
+  if (run_process({"/bin/sh", "-c", "command -v bible"}).exit_code != 0)
+    GTEST_SKIP() << "no 'bible' program (Debian's bible-kjv, which ./go installs): the walkthrough's text";
+  const auto example = source_dir() / "examples" / "hugging_face";
+  for (const char* file : {"model.py", "prepare.py", "generate.py", "run.toml"})
+    std::filesystem::copy_file(example / file, dir / file);
+  const std::string python = check_python().string();
+  const ProcessOptions options{.timeout = kTimeout};
+  const ProcessResult text = run_process(
+      {(source_dir() / "examples" / "charlm" / "prepare.sh").string(), (dir / "kjv.txt").string()}, options);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  const ProcessResult prepared = run_process(
+      {python, (dir / "prepare.py").string(), "--text", (dir / "kjv.txt").string(), "--lines", "3000"}, options);
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  const ProcessResult exported =
+      run_process({python, (source_dir() / "python" / "kiln_export.py").string(), (dir / "model.py").string(),
+                   "tiny_llama_with_lora", "--batch", (dir / "train.safetensors").string(), "-o",
+                   (dir / "model.pt2").string()},
+                  {.cwd = dir.path(), .timeout = kTimeout});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const ProcessResult fit = kiln({"fit", (dir / "run.toml").string(), "--set", "trainer.max_steps=4", "--set",
+                                  "trainer.val_check_interval=2", "--set", "trainer.limit_val_batches=2"},
+                                 {.cwd = dir.path(), .timeout = kTimeout});
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_NE(fit.output.find("Non-trainable params"), std::string::npos) << fit.output;
+  const ProcessResult weights = kiln({"export", "runs/hf-lora/checkpoints/last.ckpt", "-o", "weights.safetensors"},
+                                     {.cwd = dir.path(), .timeout = kTimeout});
+  ASSERT_EQ(weights.exit_code, 0) << weights.output;
+  const ProcessResult line =
+      run_process({python, (dir / "generate.py").string(), "In the beginning", "--tokens", "8"}, options);
+  ASSERT_EQ(line.exit_code, 0) << line.output;
+  EXPECT_NE(line.output.find("In the beginning"), std::string::npos) << line.output;
+}
+
 }  // namespace
 }  // namespace kiln::test
