@@ -40,10 +40,10 @@ TORCH_WHEEL_VERSION=2.14.1
 # torchvision's release for that torch (the tests' resnet18 only).
 TORCHVISION_WHEEL_VERSION=0.29.1
 # Hugging Face's libraries the wheel's tests fine-tune models of
-# (tests/integration/hugging_face_test.cpp) and examples/hugging_face uses;
-# tokenizers comes with transformers.
-TRANSFORMERS_WHEEL_VERSION=5.24.0
-PEFT_WHEEL_VERSION=0.21.2
+# (tests/integration/hugging_face_test.cpp), pinned once, where
+# examples/hugging_face's walkthrough installs them from (tokenizers comes
+# with transformers).
+HF_REQUIREMENTS=examples/hugging_face/requirements.txt
 TORCH_VENV=${KILN_TORCH_VENV:-.venv-torch}
 TORCH=debian
 # The readers tests check kiln's files with (never used by kiln itself).
@@ -109,13 +109,15 @@ install_check_python() {
   fi
   # Pillow pinned: the images' reference decodes and resizes (tests/images).
   local also=""
-  [ "$TORCH" = wheel ] && also="import torchvision, transformers, peft; assert torchvision.__version__.split('+')[0] == '$TORCHVISION_WHEEL_VERSION'; assert transformers.__version__ == '$TRANSFORMERS_WHEEL_VERSION'; assert peft.__version__ == '$PEFT_WHEEL_VERSION';"
+  local hf_pins=""
+  [ "$TORCH" = wheel ] && hf_pins=$(sed -n 's/^\([A-Za-z0-9_.-]*==[^ #]*\).*/\1/p' "$HF_REQUIREMENTS" | tr '\n' ' ')
+  [ "$TORCH" = wheel ] && also="import torchvision, importlib.metadata as m; assert torchvision.__version__.split('+')[0] == '$TORCHVISION_WHEEL_VERSION'; assert all(m.version(p.split('==')[0]) == p.split('==')[1] for p in '$hf_pins'.split());"
   if ! "$py" -c "import tensorboard, safetensors, torch, sklearn, PIL; assert PIL.__version__ == '12.3.0'; $also" 2>/dev/null; then
     local pip=("${CHECK_PIP[@]}")
     # The wheel's venv does not see Debian's python3-sklearn; torchvision:
     # integration.Exported's resnet18 (the release that goes with the torch).
-    [ "$TORCH" = wheel ] && pip+=(scikit-learn==1.5.2 torchvision==$TORCHVISION_WHEEL_VERSION
-                                  transformers==$TRANSFORMERS_WHEEL_VERSION peft==$PEFT_WHEEL_VERSION)
+    # shellcheck disable=SC2206  # the pins are words
+    [ "$TORCH" = wheel ] && pip+=(scikit-learn==1.5.2 torchvision==$TORCHVISION_WHEEL_VERSION $hf_pins)
     echo "go: installing ${pip[*]} for the tests' file checks"
     "$py" -m pip install -q --disable-pip-version-check "${pip[@]}"
   fi

@@ -194,7 +194,7 @@ class Exported final : public kiln_plugins::Classifier {
         throw kiln::ConfigError("'output' = \"" + output + "\" is not an output of '" + path_ + "' (its outputs: " +
                                 name_list(train.outputs) + ")");
       output_ = output;
-    } else if (train.outputs.size() == 1) {
+    } else if (train.outputs.size() == 1 && train.outputs[0] != loss_output_) {
       output_ = train.outputs[0];
     } else if (loss_ != Loss::output) {
       throw kiln::InvalidInput("'" + path_ + "' returns " + name_list(train.outputs) +
@@ -221,8 +221,7 @@ class Exported final : public kiln_plugins::Classifier {
   // program, so that what does not fit exits 2 with both sides named.
   void check_batch(kiln::Split split, const kiln::Batch& batch) override {
     const Bound& b = bound_for(split);
-    if (split == kiln::Split::predict && loss_ == Loss::output && output_.empty())
-      return;  // refused by predict_step, with why
+    if (split == kiln::Split::predict && output_.empty()) refuse_predict();
     const std::vector<std::string> have = batch.names();
     for (size_t i = 0; i < b.batch.size(); ++i) {
       if (batch.has(b.batch[i])) continue;
@@ -275,9 +274,7 @@ class Exported final : public kiln_plugins::Classifier {
   // Class probabilities; a language model's next token's at each prompt's
   // end; values as they are for mse.
   at::Tensor predict_step(const kiln::Batch& batch, int64_t) override {
-    if (output_.empty())
-      throw kiln::InvalidInput("'" + path_ + "': the program returns the loss only, and `kiln predict` has no "
-                               "target: export the model's outputs (logits) to predict");
+    if (output_.empty()) refuse_predict();
     const Outputs out = run(batch, kiln::Split::predict);
     const at::Tensor& y = out.at(output_);
     if (loss_ == Loss::mse) return y;
@@ -294,6 +291,11 @@ class Exported final : public kiln_plugins::Classifier {
  private:
   enum class Loss { cross_entropy, mse, output };
   using Outputs = std::map<std::string, at::Tensor>;
+
+  [[noreturn]] void refuse_predict() const {
+    throw kiln::InvalidInput("'" + path_ + "': the program returns the loss only, and `kiln predict` has no "
+                             "target: export the model's outputs (logits) to predict");
+  }
 
   const Bound& bound_for(kiln::Split split) const {
     if (split == kiln::Split::train) return bound_.at("train");

@@ -459,15 +459,21 @@ TEST(Exported, RegressionAndAProgramsOwnLossTrainAsEagerPyTorch) {
                              .run = "seed = 0\nthreads = 1\n",
                              .model = exported_keys(dir, program, "loss = \"" + std::string(loss) + "\"\n"),
                              .data = "path = \"kiln_arrays\"\ntrain = \"" + (dir / "train.safetensors").string() +
+                                     "\"\ntest = \"" + (dir / "train.safetensors").string() +
                                      "\"\ninput = \"x\"\ntarget = \"y\"\n",
                              .trainer = trainer_keys(2, 16, kInOrder),
                              .optimizer = "name = \"sgd\"\nlr = 0.05\n",
-                             .extra = "\n[logging]\nloggers = [\"jsonl\"]\n"});
+                             .extra = "\n[checkpoint]\n\n[logging]\nloggers = [\"jsonl\"]\n"});
     std::filesystem::remove_all(dir / "run");
     const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
     ASSERT_EQ(fit.exit_code, 0) << fit.output;
     expect_the_eager_losses(step_losses(dir / "run" / "metrics.jsonl"), eager);
   }
+  // The last is the program that returns only its loss: nothing to predict,
+  // said in one line (never the loss's "probabilities").
+  const ProcessResult predicted = kiln({"predict", (dir / "run.toml").string(), "--ckpt", "last"});
+  EXPECT_EQ(predicted.exit_code, 2) << predicted.output;
+  EXPECT_NE(predicted.output.find("returns the loss only"), std::string::npos) << predicted.output;
   // A dynamic dimension other than the batch: one line, exit 2, at create.
   write_file(dir / "wide.toml", "[run]\nname = \"wide\"\ndir = \"" + (dir / "wide").string() +
                                     "\"\n\n[model]\npath = \"kiln_exported\"\nprogram = \"" + (dir / "wide.pt2").string() +

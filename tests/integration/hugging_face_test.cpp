@@ -165,24 +165,38 @@ bool same_parameters(const std::filesystem::path& a, const std::filesystem::path
   return sections(a / "checkpoints" / "last.ckpt", "param/") == sections(b / "checkpoints" / "last.ckpt", "param/");
 }
 
+// The model `kind` exported, trained by kiln (the manifest's defaults) and
+// by the eager loop: the same 20 losses. Returns kiln's, and its fit's output.
+std::vector<double> trains_as_eager(const TempDir& dir, const std::string& kind, std::string* output = nullptr) {
+  const ProcessResult exported = models(dir, kind, "export");
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  const ProcessResult fit = kiln_fit(hf_manifest(dir, "", ""), {}, kTimeout);
+  EXPECT_EQ(fit.exit_code, 0) << fit.output;
+  if (output) *output = fit.output;
+  const ProcessResult eager = models(dir, kind, "eager");
+  EXPECT_EQ(eager.exit_code, 0) << eager.output;
+  const std::vector<double> losses = step_losses(dir / "run" / "metrics.jsonl");
+  expect_the_eager_losses(losses, eager);
+  return losses;
+}
+
+// Another run of the same program and data, in `to`.
+void copy_inputs(const TempDir& from, const TempDir& to) {
+  for (const char* file : {"model.pt2", "train.safetensors", "test.safetensors"})
+    std::filesystem::copy_file(from / file, to / file);
+}
+
 TEST(HuggingFace, ALlamaCausalLmOnPaddedBatchesTrainsAsEagerWithAndWithoutActivationCheckpointing) {
   TempDir dir, recomputed;
   KILN_REQUIRE_TRANSFORMERS(dir);
-  const ProcessResult exported = models(dir, "llama", "export");
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  const ProcessResult fit = kiln_fit(hf_manifest(dir, "", ""), {}, kTimeout);
-  ASSERT_EQ(fit.exit_code, 0) << fit.output;
-  EXPECT_NE(fit.output.find("aten::scaled_dot_product_attention"), std::string::npos) << fit.output;
-  const ProcessResult eager = models(dir, "llama", "eager");
-  ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  const std::vector<double> losses = step_losses(dir / "run" / "metrics.jsonl");
-  expect_the_eager_losses(losses, eager);
+  std::string output;
+  const std::vector<double> losses = trains_as_eager(dir, "llama", &output);
+  EXPECT_NE(output.find("aten::scaled_dot_product_attention"), std::string::npos) << output;
   expect_the_same_outputs(weights_back(dir, "llama"));
 
   // Activation checkpointing: each decoder layer recomputed in backward,
   // the same losses and weights to the bit.
-  for (const char* file : {"model.pt2", "train.safetensors", "test.safetensors"})
-    std::filesystem::copy_file(dir / file, recomputed / file);
+  copy_inputs(dir, recomputed);
   const ProcessResult again =
       kiln_fit(hf_manifest(recomputed, "activation_checkpointing = [\"model.layers.*\"]\n", ""), {}, kTimeout);
   ASSERT_EQ(again.exit_code, 0) << again.output;
@@ -209,6 +223,14 @@ TEST(HuggingFace, ABertEncoderWithAFrozenBackboneClassifiesPaddedTokensAsEager) 
   EXPECT_EQ(grouped.exit_code, 2) << grouped.output;
   EXPECT_NE(grouped.output.find("leaves the group no parameter to train"), std::string::npos) << grouped.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "run")) << grouped.output;
+  // A program input bound to a tensor the batches lack: both names, before anything runs.
+  const ProcessResult unbound = kiln_fit(hf_manifest(dir, "inputs = { attention_mask = \"mask\" }\n", ""), {}, kTimeout);
+  EXPECT_EQ(unbound.exit_code, 2) << unbound.output;
+  EXPECT_NE(unbound.output.find("takes input 'attention_mask' (the batch's \"mask\"), and the data module's batches "
+                                "have none (they have: "),
+            std::string::npos)
+      << unbound.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run")) << unbound.output;
 
   const ProcessResult fit = kiln_fit(hf_manifest(dir, "", "gradient_clip_val = 0.5\n", sgd), {}, kTimeout);
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
@@ -242,21 +264,13 @@ TEST(HuggingFace, ABertEncoderWithAFrozenBackboneClassifiesPaddedTokensAsEager) 
 TEST(HuggingFace, ALoraAdapterTrainsItsWeightsOnlyMergesAndResumesBitwise) {
   TempDir dir, resumed;
   KILN_REQUIRE_TRANSFORMERS(dir);
-  const ProcessResult exported = models(dir, "lora", "export");
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  const ProcessResult fit = kiln_fit(hf_manifest(dir, "", ""), {}, kTimeout);
-  ASSERT_EQ(fit.exit_code, 0) << fit.output;
-  const ProcessResult eager = models(dir, "lora", "eager");
-  ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  const std::vector<double> losses = step_losses(dir / "run" / "metrics.jsonl");
-  expect_the_eager_losses(losses, eager);
+  const std::vector<double> losses = trains_as_eager(dir, "lora");
   const ProcessResult back = weights_back(dir, "lora");
   expect_the_same_outputs(back);
   EXPECT_NE(back.output.find("moved 0 "), std::string::npos) << back.output;
   EXPECT_EQ(back.output.find("frozen 0 "), std::string::npos) << back.output;
 
-  for (const char* file : {"model.pt2", "train.safetensors", "test.safetensors"})
-    std::filesystem::copy_file(dir / file, resumed / file);
+  copy_inputs(dir, resumed);
   const std::filesystem::path manifest = hf_manifest(resumed, "", "");
   const ProcessResult stopped = kiln_fit(manifest, {"--set", "trainer.max_steps=13"}, kTimeout);
   ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
