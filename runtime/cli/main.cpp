@@ -21,6 +21,7 @@
 #include "ckpt/weights_export.hpp"
 #include "config/manifest_reference.hpp"
 #include "distributed/heartbeat.hpp"
+#include "distributed/launcher_error_file.hpp"
 #include "metrics/mlflow_logger.hpp"
 #include "util/errors.hpp"
 #include "util/process_info.hpp"
@@ -105,6 +106,7 @@ static int kiln_main(int argc, char** argv, double main_reached_s) {
     const std::string line = kiln::one_line(e.what());
     std::cerr << "kiln: error: " << line << std::endl;
     heartbeat.report_failure(root, line);
+    kiln::write_launcher_error_file(line, root);
     return code;
   };
   try {

@@ -13,6 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ckpt/checkpoint_dir.hpp"
+#include "distributed/launcher_error_file.hpp"
 #include "config/manifest.hpp"
 #include "device/cuda_facts.hpp"
 #include "distributed/heartbeat.hpp"
@@ -112,9 +113,11 @@ int finish_run(const RunOutcome& outcome, Heartbeat& heartbeat) {
   std::cerr << (preempted ? "kiln: " : "kiln: error: ") << outcome.failure->report << std::endl;
   // An interruption is the supervisor's own SIGTERM, or a signal the
   // supervisor saw too: never the cause it reports.
-  heartbeat.report_failure(outcome.failure->reason != KILN_FAILURE_PEER_FAILED &&
-                               outcome.failure->reason != KILN_FAILURE_INTERRUPTED,
-                           outcome.failure->report);
+  const bool root = outcome.failure->reason != KILN_FAILURE_PEER_FAILED &&
+                    outcome.failure->reason != KILN_FAILURE_INTERRUPTED;
+  heartbeat.report_failure(root, outcome.failure->report);
+  // The launcher's summary names the cause (a preemption is no failure).
+  if (!preempted) write_launcher_error_file(outcome.failure->report, root);
   int code = outcome.failure->bad_input ? kExitBadInput : kExitFailure;
   if (outcome.failure->reason == KILN_FAILURE_INTERRUPTED) code = kExitInterrupted;
   if (outcome.failure->reason == KILN_FAILURE_PREEMPTED) code = kExitPreempted;

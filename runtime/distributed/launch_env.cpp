@@ -173,6 +173,13 @@ std::optional<DistEnv> from_torchrun(const EnvLookup& env, bool launched_by_kiln
   d.master_addr = master_addr_checked(launcher, r.require("MASTER_ADDR"));
   d.master_port = master_port_checked(launcher, r.require("MASTER_PORT"));
   d.run_id = r.get("TORCHELASTIC_RUN_ID").value_or("");
+  if (!launched_by_kiln) {
+    // As torch.distributed.rendezvous reads them: the agent's store is used
+    // when the variable is the text "True".
+    d.agent_store = r.get("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
+    d.restart_count = r.optional_count("TORCHELASTIC_RESTART_COUNT").value_or(0);
+    d.error_file = r.get("TORCHELASTIC_ERROR_FILE").value_or("");
+  }
 
   Names names{"RANK", "LOCAL_RANK", "WORLD_SIZE", ""};
   const std::optional<int64_t> lws = r.optional_count("LOCAL_WORLD_SIZE");

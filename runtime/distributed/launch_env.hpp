@@ -21,6 +21,13 @@ struct DistEnv {
   std::string master_addr;       // where rank 0's TCPStore listens
   int64_t master_port = 0;
   std::string run_id;            // TORCHELASTIC_RUN_ID / SLURM_JOB_ID, if any
+  // torchrun's agent serves the store on MASTER_PORT itself
+  // (TORCHELASTIC_USE_AGENT_STORE=True): every rank is its client, under the
+  // agent's prefix for this restart attempt (TORCHELASTIC_RESTART_COUNT).
+  bool agent_store = false;
+  int64_t restart_count = 0;
+  // Where torchrun reads a failed worker's error (TORCHELASTIC_ERROR_FILE).
+  std::string error_file;
 };
 
 // Looks a variable up; returns nullopt when unset. Tests pass a table.

@@ -111,21 +111,26 @@ c10::intrusive_ptr<c10d::Store> open_store(const DistEnv& env, int rank, int wor
                                            std::chrono::milliseconds timeout, const std::string& where) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(env.master_port);
-  options.isServer = rank == 0;
+  // Under torchrun's agent the agent serves the store; else rank 0 does.
+  options.isServer = rank == 0 && !env.agent_store;
   options.numWorkers = world_size;
   options.waitWorkers = false;  // arrival is counted by the caller, against its deadline
   options.timeout = timeout;
   try {
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    // The agent's store outlives a restart: each attempt keys under its own
+    // prefix, as PyTorch's workers do ("/worker/attempt_<n>").
+    if (env.agent_store)
+      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
     // A prefix per run id keeps two runs on one store address apart.
-    return c10::make_intrusive<c10d::PrefixStore>("kiln/" + env.run_id, tcp);
+    return c10::make_intrusive<c10d::PrefixStore>("kiln/" + env.run_id, store);
   } catch (const std::exception& e) {
     const std::string text = "rendezvous at " + where + " failed" +
                              (rank == 0 ? ": cannot serve the store: " : " within " + seconds(timeout) + ": ") +
                              one_line(e.what());
     // Rank 0 serves the store: its failure (the port is taken) is the cause;
     // another rank that cannot reach it waits on rank 0.
-    if (rank == 0) throw std::runtime_error(text + " (choose another distributed.master_port)");
+    if (rank == 0 && !env.agent_store) throw std::runtime_error(text + " (choose another distributed.master_port)");
     throw PeerFailure(text + " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
   }
 }
@@ -207,7 +212,7 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
   // (c10d's own waits would each take the full timeout, one after another).
   const auto deadline = Clock::now() + timeout_;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  if (rank_ != 0)
+  if (rank_ != 0 || env.agent_store)
     await_listening_store(env, deadline, timeout_, where, [this] { check_interrupted("the rendezvous"); });
   store_ = open_store(env, rank_, world_size_, timeout_, where);
   arrive(deadline, where);

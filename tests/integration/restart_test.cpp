@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common.hpp"
+#include "loopback_port.hpp"
 #include "logged_files.hpp"
 
 namespace kiln::test {
@@ -174,22 +175,10 @@ TEST(Restart, BadCountsAndAutoForEvaluationAreRefusedWithOneLine) {
 
 // --- --resume auto under a torchrun-style launch ------------------------------------
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t n = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Two ranks started as torchrun starts them (its variables, one process
 // each), the same command line; the outputs, rank by rank.
 std::vector<ProcessResult> torchrun_style(const std::vector<std::string>& args) {
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(loopback_port());
   std::vector<ProcessResult> out(2);
   auto launch = [&](int rank) {
     ProcessOptions o{.timeout = kTimeout};

@@ -1,0 +1,124 @@
+// kiln under the real torchrun (torch.distributed.run of the checking
+// Python's torch: the wheel's 2.x, or Debian's python3-torch 1.13), not its
+// variables set by hand: torchrun's agent serves the store on MASTER_PORT and
+// says so (TORCHELASTIC_USE_AGENT_STORE), which kiln's ranks then join as
+// clients under the agent's prefix for the attempt. Two workers train to
+// `kiln fit -n 2`'s weights bitwise, with the static and the c10d
+// rendezvous; two agents on loopback (two "nodes") train to one node's
+// result within docs/distributed.md's tolerance; a failing worker's one
+// line reaches torchrun's summary through TORCHELASTIC_ERROR_FILE.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "checkpoint_sections.hpp"
+#include "ckpt/tensor_sections.hpp"
+#include "common.hpp"
+#include "loopback_port.hpp"
+
+namespace kiln::test {
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(600);
+
+#define KILN_REQUIRE_TORCHRUN()                                                                            \
+  do {                                                                                                     \
+    KILN_REQUIRE_CHECK_PYTHON();                                                                           \
+    if (run_process({check_python().string(), "-c", "import torch.distributed.run"}).exit_code != 0)       \
+      GTEST_SKIP() << "the checking Python's torch has no torch.distributed.run (torchrun): not run";    \
+  } while (0)
+
+// A small deterministic run that checkpoints at its end.
+std::filesystem::path small_manifest(const TempDir& dir, const std::string& extra = "") {
+  return write_run_manifest(dir, {.name = "launched",
+                                  .run = "seed = 3\nthreads = 1\n",
+                                  .trainer = trainer_keys(2, 32, "data_workers = 0\n"),
+                                  .extra = "\n[checkpoint]\n" + extra});
+}
+
+// torchrun with `args` before --no_python kiln `kiln_args` (underscored
+// options: torch 1.13 has no dashed ones).
+ProcessResult torchrun(const std::vector<std::string>& args, const std::vector<std::string>& kiln_args,
+                       const std::filesystem::path& cwd) {
+  std::vector<std::string> argv{check_python().string(), "-m", "torch.distributed.run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--no_python");
+  argv.push_back(kiln_exe().string());
+  argv.insert(argv.end(), kiln_args.begin(), kiln_args.end());
+  return run_process(argv, {.cwd = cwd, .timeout = kTimeout});
+}
+
+std::filesystem::path last(const TempDir& dir) { return dir / "run" / "checkpoints" / "last.ckpt"; }
+
+TEST(Torchrun, TwoWorkersTrainAsKilnsOwnTwoProcessesBitwiseWithTheStaticAndTheC10dRendezvous) {
+  KILN_REQUIRE_TORCHRUN();
+  TempDir own, static_rdzv, c10d_rdzv;
+  const ProcessResult mine = kiln({"fit", small_manifest(own).string(), "-n", "2"}, {.timeout = kTimeout});
+  ASSERT_EQ(mine.exit_code, 0) << mine.output;
+  const ProcessResult a = torchrun({"--nproc_per_node", "2", "--master_port", std::to_string(loopback_port())},
+                                   {"fit", small_manifest(static_rdzv).string()}, static_rdzv.path());
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("joined the process group (torchrun launch"), std::string::npos) << a.output;
+  EXPECT_TRUE(sections(last(own), "param/") == sections(last(static_rdzv), "param/"));
+  const ProcessResult b = torchrun({"--nnodes", "1", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
+                                    "--rdzv_endpoint", "127.0.0.1:" + std::to_string(loopback_port())},
+                                   {"fit", small_manifest(c10d_rdzv).string()}, c10d_rdzv.path());
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_TRUE(sections(last(own), "param/") == sections(last(c10d_rdzv), "param/"));
+}
+
+// Two agents, --nnodes 2, one worker each, on loopback: the gradients cross
+// "nodes" over Gloo. The result is one node's two processes' (whose
+// gradients meet in shared memory) within docs/distributed.md's 1e-5.
+TEST(Torchrun, TwoNodesOnLoopbackTrainAsOneNode) {
+  KILN_REQUIRE_TORCHRUN();
+  TempDir one, two;
+  const ProcessResult mine = kiln({"fit", small_manifest(one).string(), "-n", "2"}, {.timeout = kTimeout});
+  ASSERT_EQ(mine.exit_code, 0) << mine.output;
+  const std::string manifest = small_manifest(two).string();
+  const std::string port = std::to_string(loopback_port());
+  std::vector<ProcessResult> nodes(2);
+  auto agent = [&](int node) {
+    nodes[node] = torchrun({"--nnodes", "2", "--node_rank", std::to_string(node), "--nproc_per_node", "1",
+                            "--master_addr", "127.0.0.1", "--master_port", port},
+                           {"fit", manifest}, two.path());
+  };
+  std::thread second([&] { agent(1); });
+  agent(0);
+  second.join();
+  ASSERT_EQ(nodes[0].exit_code, 0) << nodes[0].output;
+  ASSERT_EQ(nodes[1].exit_code, 0) << nodes[1].output;
+  const CheckpointFile a = CheckpointFile::read(last(one)), b = CheckpointFile::read(last(two));
+  int compared = 0;
+  for (const auto& name : a.names()) {
+    if (name.rfind("param/", 0) != 0) continue;
+    const at::Tensor x = read_tensor_section(a, name), y = read_tensor_section(b, name);
+    EXPECT_LT((x - y).abs().max().item<double>(), 1e-5) << name;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
+}
+
+// A worker that fails: its one line is in torchrun's summary (read from the
+// error file kiln writes), and torchrun fails.
+TEST(Torchrun, AFailingWorkersLineIsInTorchrunsSummary) {
+  KILN_REQUIRE_TORCHRUN();
+  TempDir dir;
+  const auto manifest = recorder_manifest(dir, "fail_at = [\"training_step\"]\nfail_on_rank = 1", "", "",
+                                          "batch_size = 4\nmax_epochs = 1\n");
+  const ProcessResult r = torchrun({"--nproc_per_node", "2", "--master_port", std::to_string(loopback_port())},
+                                   {"fit", manifest.string()}, dir.path());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const auto summary = r.output.find("Root Cause");
+  ASSERT_NE(summary, std::string::npos) << r.output;
+  const std::string cause = r.output.substr(summary);
+  EXPECT_NE(cause.find("rank      : 1"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("plugin 'test.recorder_model' [model] failed in training_step on rank 1"),
+            std::string::npos)
+      << cause;
+}
+
+}  // namespace
+}  // namespace kiln::test
