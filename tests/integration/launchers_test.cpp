@@ -39,10 +39,15 @@ std::filesystem::path small_manifest(const TempDir& dir, const std::string& extr
 }
 
 // torchrun with `args` before --no_python kiln `kiln_args` (underscored
-// options: torch 1.13 has no dashed ones).
+// options: torch 1.13 has no dashed ones). --redirects 1 --tee 1: Debian's
+// torch 1.13 on Python 3.11 reads the default "0" (and "3") as no setting
+// at all and fails before it starts a worker (its Std.from_str iterates an
+// IntFlag, which 3.11 yields only single-bit members of); stdout is then
+// written to `cwd`/torchrun-logs and to the console, stderr to the console.
 ProcessResult torchrun(const std::vector<std::string>& args, const std::vector<std::string>& kiln_args,
                        const std::filesystem::path& cwd) {
-  std::vector<std::string> argv{check_python().string(), "-m", "torch.distributed.run"};
+  std::vector<std::string> argv{check_python().string(), "-m", "torch.distributed.run", "--redirects", "1",
+                                "--tee", "1", "--log_dir", (cwd / "torchrun-logs").string()};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back("--no_python");
   argv.push_back(kiln_exe().string());
