@@ -209,6 +209,8 @@ case "${1:-}" in
     "$BUILD_DIR/bin/kiln" fit examples/fashion_mnist/mlp.toml
     ;;
   test)
+    # Open MPI's mpirun: integration.OpenMpi.* launches kiln with it.
+    PACKAGES+=(openmpi-bin)
     install_missing
     [ "$TORCH" = wheel ] && install_torch_wheel
     install_check_python

@@ -1,4 +1,4 @@
-// kiln under the real torchrun (torch.distributed.run of the checking
+// kiln under the real launchers. The real torchrun (torch.distributed.run of the checking
 // Python's torch: the wheel's 2.x, or Debian's python3-torch 1.13), not its
 // variables set by hand: torchrun's agent serves the store on MASTER_PORT and
 // says so (TORCHELASTIC_USE_AGENT_STORE), which kiln's ranks then join as
@@ -123,6 +123,83 @@ TEST(Torchrun, AFailingWorkersLineIsInTorchrunsSummary) {
   EXPECT_NE(cause.find("plugin 'test.recorder_model' [model] failed in training_step on rank 1"),
             std::string::npos)
       << cause;
+}
+
+
+// torchrun --max_restarts: rank 0 dies of SIGKILL at step 10 (once), the
+// agent restarts both workers (attempt 1, a fresh prefix in its store), and
+// `--resume auto` continues from the newest commit: the weights are the
+// uninterrupted run's, bit for bit.
+TEST(Torchrun, MaxRestartsHealsAKilledRankToTheUninterruptedWeights) {
+  KILN_REQUIRE_TORCHRUN();
+  TempDir straight, healed;
+  auto manifest = [](const TempDir& dir, const std::string& callback) {
+    return recorder_manifest(dir, "features = 4\ndump_params = \"" + (dir / "params").string() + "\"\n",
+                             "size = 64\nfeatures = 4\n", callback,
+                             "max_epochs = 2\nbatch_size = 4\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n"
+                             "[checkpoint]\nevery_n_steps = 4\nevery_n_epochs = 0\n");
+  };
+  const std::vector<std::string> agent{"--nproc_per_node", "2", "--max_restarts", "2", "--monitor_interval", "0.2"};
+  auto with_port = [&] {
+    std::vector<std::string> args = agent;
+    args.insert(args.end(), {"--master_port", std::to_string(loopback_port())});
+    return args;
+  };
+  const ProcessResult a =
+      torchrun(with_port(), {"fit", manifest(straight, "").string(), "--resume", "auto"}, straight.path());
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  const ProcessResult b = torchrun(
+      with_port(),
+      {"fit", manifest(healed, "crash_at_step = 10\ncrash_marker = \"" + (healed / "crashed").string() + "\"").string(),
+       "--resume", "auto"},
+      healed.path());
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_TRUE(std::filesystem::exists(healed / "crashed")) << b.output;
+  EXPECT_NE(b.output.find("resum"), std::string::npos) << b.output;
+  for (const char* rank : {"params.0", "params.1"}) {
+    ASSERT_TRUE(std::filesystem::exists(straight / rank)) << a.output;
+    EXPECT_EQ(read_file(straight / rank), read_file(healed / rank)) << rank;
+  }
+}
+
+// Kubeflow's Trainer v2 runs torchrun with its options in PET_* variables
+// (PET_NPROC_PER_NODE, PET_MASTER_PORT, ...), which torchrun reads as its
+// defaults: kiln sees torchrun's variables, the same run.
+TEST(Torchrun, PetVariablesAsKubeflowSetsThemTrainAsTheOptions) {
+  KILN_REQUIRE_TORCHRUN();
+  TempDir own, pet;
+  const ProcessResult mine = kiln({"fit", small_manifest(own).string(), "-n", "2"}, {.timeout = kTimeout});
+  ASSERT_EQ(mine.exit_code, 0) << mine.output;
+  std::vector<std::string> argv{check_python().string(), "-m", "torch.distributed.run", "--redirects", "1",
+                                "--tee", "1", "--log_dir", (pet / "torchrun-logs").string(), "--no_python",
+                                kiln_exe().string(), "fit", small_manifest(pet).string()};
+  const ProcessResult r = run_process(
+      argv, {.cwd = pet.path(),
+             .env = {{"PET_NNODES", "1"}, {"PET_NPROC_PER_NODE", "2"}, {"PET_NODE_RANK", "0"},
+                     {"PET_MASTER_ADDR", "127.0.0.1"}, {"PET_MASTER_PORT", std::to_string(loopback_port())}},
+             .timeout = kTimeout});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("joined the process group (torchrun launch"), std::string::npos) << r.output;
+  EXPECT_TRUE(sections(last(own), "param/") == sections(last(pet), "param/"));
+}
+
+
+// Open MPI's mpirun starts the two workers (kiln reads OMPI_COMM_WORLD_*,
+// MASTER_ADDR and MASTER_PORT exported with -x): kiln's own two processes'
+// weights, bitwise.
+TEST(OpenMpi, MpirunTwoProcessesTrainAsKilnsOwnTwoBitwise) {
+  const std::filesystem::path mpirun = "/usr/bin/mpirun";
+  if (!std::filesystem::exists(mpirun)) GTEST_SKIP() << "no mpirun (Debian's openmpi-bin, which ./go test installs)";
+  TempDir own, mpi;
+  const ProcessResult mine = kiln({"fit", small_manifest(own).string(), "-n", "2"}, {.timeout = kTimeout});
+  ASSERT_EQ(mine.exit_code, 0) << mine.output;
+  const ProcessResult r = run_process(
+      {mpirun.string(), "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "MASTER_ADDR=127.0.0.1", "-x",
+       "MASTER_PORT=" + std::to_string(loopback_port()), kiln_exe().string(), "fit", small_manifest(mpi).string()},
+      {.cwd = mpi.path(), .timeout = kTimeout});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("joined the process group (openmpi launch"), std::string::npos) << r.output;
+  EXPECT_TRUE(sections(last(own), "param/") == sections(last(mpi), "param/"));
 }
 
 }  // namespace
