@@ -17,6 +17,7 @@
 #include "ckpt/tensor_sections.hpp"
 #include "common.hpp"
 #include "loopback_port.hpp"
+#include "slurm_cluster.hpp"
 
 namespace kiln::test {
 namespace {
@@ -200,6 +201,95 @@ TEST(OpenMpi, MpirunTwoProcessesTrainAsKilnsOwnTwoBitwise) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("joined the process group (openmpi launch"), std::string::npos) << r.output;
   EXPECT_TRUE(sections(last(own), "param/") == sections(last(mpi), "param/"));
+}
+
+
+// --- SLURM: a real one-node cluster (slurm_cluster.hpp) -------------------------------
+
+#define KILN_REQUIRE_SLURM(dir, cluster)                                          \
+  if (const std::string why = SlurmCluster::unavailable(); !why.empty())          \
+    GTEST_SKIP() << "no SLURM cluster here: " << why;                             \
+  SlurmCluster cluster(dir);                                                      \
+  ASSERT_TRUE(cluster.up()) << "the cluster did not come up:\n" << cluster.logs()
+
+// srun -n 2: two tasks of one job step, gradients over shared memory, kiln's
+// own two processes' weights bitwise.
+TEST(Slurm, SrunTwoTasksTrainAsKilnsOwnTwoBitwise) {
+  TempDir dir, own, job;
+  KILN_REQUIRE_SLURM(dir, cluster);
+  const ProcessResult mine = kiln({"fit", small_manifest(own).string(), "-n", "2"}, {.timeout = kTimeout});
+  ASSERT_EQ(mine.exit_code, 0) << mine.output;
+  const ProcessResult r =
+      cluster.command({"/usr/bin/srun", "-n", "2", kiln_exe().string(), "fit", small_manifest(job).string()}, job.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("joined the process group (slurm launch; gradients over shared memory"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(sections(last(own), "param/") == sections(last(job), "param/"));
+}
+
+// The newest committed step in `checkpoints`, or -1.
+int64_t newest_commit(const std::filesystem::path& checkpoints) {
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto at = name.find("-step=");
+    if (name.rfind("epoch=", 0) == 0 && at != std::string::npos && name.size() > 5 &&
+        name.compare(name.size() - 5, 5, ".ckpt") == 0)
+      newest = std::max<int64_t>(newest, std::stoll(name.substr(at + 6)));
+  }
+  return newest;
+}
+
+// sbatch --requeue running `srun kiln fit --resume auto`, requeued by
+// `scontrol requeue` mid-run: Slurm sends SIGTERM, kiln commits at the step
+// and exits 75, the job runs again (Slurm delays a requeued job's start by
+// default; the test starts it at once) and resumes from that commit. Its
+// weights and metrics.csv are an uninterrupted job's, bitwise.
+TEST(Slurm, ARequeuedJobResumesToTheUninterruptedRunBitwise) {
+  TempDir dir, straight, requeued;
+  KILN_REQUIRE_SLURM(dir, cluster);
+  auto manifest = [](const TempDir& at) {
+    return recorder_manifest(at, "features = 4\nstep_ms = 60\ndump_params = \"" + (at / "params").string() + "\"\n",
+                             "size = 64\nfeatures = 4\n", "",
+                             "max_epochs = 5\nbatch_size = 4\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n"
+                             "[checkpoint]\nevery_n_steps = 4\nevery_n_epochs = 0\n[logging]\nloggers = [\"csv\"]\n");
+  };
+  auto script = [&](const TempDir& at) {
+    const auto file = at / "job.sh";
+    write_file(file, "#!/bin/sh\n#SBATCH --requeue\n#SBATCH -n 2\n#SBATCH --open-mode=append\n#SBATCH -o " + (at / "job-%j.out").string() +
+                         "\nsrun " + kiln_exe().string() + " fit " + manifest(at).string() + " --resume auto\n");
+    return file.string();
+  };
+  const ProcessResult whole = cluster.command(
+      {"/usr/bin/srun", "-n", "2", kiln_exe().string(), "fit", manifest(straight).string(), "--resume", "auto"},
+      straight.path());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  const ProcessResult submitted = cluster.command({"/usr/bin/sbatch", "--parsable", script(requeued)}, requeued.path());
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const std::string id = submitted.output.substr(0, submitted.output.find_first_of(";\n"));
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  while (newest_commit(requeued / "run" / "checkpoints") < 8 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(newest_commit(requeued / "run" / "checkpoints"), 8) << cluster.logs();
+  const ProcessResult requeue = cluster.command({"/usr/bin/scontrol", "requeue", id});
+  ASSERT_EQ(requeue.exit_code, 0) << requeue.output;
+  std::string state;
+  while (std::chrono::steady_clock::now() < deadline) {
+    state = cluster.job_state(id);
+    if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED") break;
+    if (state == "PENDING") cluster.command({"/usr/bin/scontrol", "update", "jobid=" + id, "StartTime=now"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  const std::string out = read_file(requeued / ("job-" + id + ".out"));
+  ASSERT_EQ(state, "COMPLETED") << out;
+  EXPECT_NE(out.find("Exited with exit code 75"), std::string::npos) << out;
+  EXPECT_NE(out.find("resum"), std::string::npos) << out;
+  for (const char* rank : {"params.0", "params.1"})
+    EXPECT_EQ(read_file(straight / rank), read_file(requeued / rank)) << rank;
+  EXPECT_EQ(rows_without_timings(straight / "run" / "metrics.csv"),
+            rows_without_timings(requeued / "run" / "metrics.csv"));
 }
 
 }  // namespace

@@ -1,0 +1,129 @@
+// A real one-node SLURM cluster for a test: Debian's slurm-wlm (slurmctld,
+// slurmd, the client commands) and munge, started as root in a directory of
+// the test's own (its configuration, state, logs, munge's key and socket,
+// ports the kernel picked) and stopped when the test ends.
+// `proctrack/linuxproc`, no cgroups: it runs in a container. Available()
+// says why not where it cannot run (not root, a package missing, one CPU).
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.hpp"
+#include "loopback_port.hpp"
+
+namespace kiln::test {
+
+class SlurmCluster {
+ public:
+  // "" when a cluster can start here, else why not (one line).
+  static std::string unavailable() {
+    if (::geteuid() != 0) return "not root (slurmctld, slurmd and munged run as root here)";
+    for (const char* program : {"/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "/usr/bin/srun",
+                                "/usr/bin/sbatch", "/usr/bin/scontrol"})
+      if (!std::filesystem::exists(program))
+        return std::string("no ") + program + " (Debian's slurmctld, slurmd, slurm-client and munge: ./go test)";
+    if (std::thread::hardware_concurrency() < 2) return "one CPU: srun -n 2 needs two";
+    return "";
+  }
+
+  explicit SlurmCluster(const TempDir& dir) : dir_(dir.path() / "slurm") {
+    std::filesystem::create_directories(dir_ / "state");
+    std::filesystem::create_directories(dir_ / "spool");
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    host_ = host;
+    // munge's key: 128 random bytes, the daemon's own, readable by root only.
+    run_process({"/bin/sh", "-c", "head -c 128 /dev/urandom > '" + (dir_ / "munge.key").string() + "' && chmod 600 '" +
+                                      (dir_ / "munge.key").string() + "'"});
+    const std::string conf =
+        "ClusterName=kiln\nSlurmctldHost=" + host_ + "\nSlurmUser=root\nSlurmdUser=root\nAuthType=auth/munge\n" +
+        "AuthInfo=socket=" + (dir_ / "munge.sock").string() + "\nCryptoType=crypto/munge\n" +
+        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSchedulerType=sched/builtin\n" +
+        "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nMpiDefault=none\nReturnToService=2\n" +
+        "JobRequeue=1\nKillWait=10\nStateSaveLocation=" + (dir_ / "state").string() +
+        "\nSlurmdSpoolDir=" + (dir_ / "spool").string() + "\nSlurmctldPidFile=" + (dir_ / "slurmctld.pid").string() +
+        "\nSlurmdPidFile=" + (dir_ / "slurmd.pid").string() + "\nSlurmctldLogFile=" +
+        (dir_ / "slurmctld.log").string() + "\nSlurmdLogFile=" + (dir_ / "slurmd.log").string() +
+        "\nSlurmctldPort=" + std::to_string(loopback_port()) + "\nSlurmdPort=" + std::to_string(loopback_port()) +
+        "\nNodeName=" + host_ + " CPUs=" + std::to_string(std::thread::hardware_concurrency()) +
+        " RealMemory=1000 State=UNKNOWN\nPartitionName=test Nodes=" + host_ +
+        " Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n";
+    write_file(conf_path(), conf);
+    started_ = true;
+    start({"/usr/sbin/munged", "--force", "--socket=" + (dir_ / "munge.sock").string(),
+           "--key-file=" + (dir_ / "munge.key").string(), "--pid-file=" + (dir_ / "munged.pid").string(),
+           "--log-file=" + (dir_ / "munged.log").string(), "--seed-file=" + (dir_ / "munge.seed").string()});
+    start({"/usr/sbin/slurmctld", "-f", conf_path().string()});
+    start({"/usr/sbin/slurmd", "-f", conf_path().string()});
+    // Up when the node is idle.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      const ProcessResult r = command({"/usr/bin/sinfo", "-h", "-o", "%T"});
+      if (r.exit_code == 0 && r.output.find("idle") != std::string::npos) {
+        up_ = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
+
+  ~SlurmCluster() {
+    if (!started_) return;
+    command({"/usr/bin/scancel", "--full", "-u", "root"});
+    for (const char* daemon : {"slurmd.pid", "slurmctld.pid", "munged.pid"}) {
+      const std::filesystem::path pid = dir_ / daemon;
+      if (!std::filesystem::exists(pid)) continue;
+      const pid_t p = static_cast<pid_t>(std::stol(read_file(pid)));
+      if (p > 1) ::kill(p, SIGTERM);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  SlurmCluster(const SlurmCluster&) = delete;
+  SlurmCluster& operator=(const SlurmCluster&) = delete;
+
+  bool up() const { return up_; }
+  std::string logs() const {
+    std::string out;
+    for (const char* log : {"slurmctld.log", "slurmd.log"})
+      if (std::filesystem::exists(dir_ / log)) out += read_file(dir_ / log);
+    return out;
+  }
+  // The environment a client command needs: this cluster's configuration.
+  std::map<std::string, std::string> env() const { return {{"SLURM_CONF", conf_path().string()}}; }
+
+  // A client command (srun, sbatch, scontrol, ...) against this cluster.
+  ProcessResult command(const std::vector<std::string>& argv, const std::filesystem::path& cwd = {},
+                        std::chrono::seconds timeout = std::chrono::seconds(600)) const {
+    return run_process(argv, {.cwd = cwd, .env = env(), .timeout = timeout});
+  }
+
+  // A job's state (RUNNING, PENDING, COMPLETED, ...), from scontrol.
+  std::string job_state(const std::string& id) const {
+    const std::string out = command({"/usr/bin/scontrol", "show", "job", id}).output;
+    const auto at = out.find("JobState=");
+    return at == std::string::npos ? "" : out.substr(at + 9, out.find_first_of(" \n", at) - at - 9);
+  }
+
+ private:
+  std::filesystem::path conf_path() const { return dir_ / "slurm.conf"; }
+  // A daemon, detached from the test's pipes (it forks and outlives the call).
+  void start(const std::vector<std::string>& argv) const {
+    std::string line = "exec";
+    for (const auto& a : argv) line += " '" + a + "'";
+    run_process({"/bin/sh", "-c", line + " </dev/null >/dev/null 2>&1"}, {.env = env()});
+  }
+
+  std::filesystem::path dir_;
+  std::string host_;
+  bool started_ = false, up_ = false;
+};
+
+}  // namespace kiln::test
