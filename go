@@ -209,8 +209,9 @@ case "${1:-}" in
     "$BUILD_DIR/bin/kiln" fit examples/fashion_mnist/mlp.toml
     ;;
   test)
-    # Open MPI's mpirun: integration.OpenMpi.* launches kiln with it.
-    PACKAGES+=(openmpi-bin)
+    # The real launchers integration.{OpenMpi,Slurm}.* run kiln under:
+    # Open MPI's mpirun, and a one-node SLURM cluster with munge.
+    PACKAGES+=(openmpi-bin slurmctld slurmd slurm-client munge)
     install_missing
     [ "$TORCH" = wheel ] && install_torch_wheel
     install_check_python

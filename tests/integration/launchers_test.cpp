@@ -9,6 +9,7 @@
 // line reaches torchrun's summary through TORCHELASTIC_ERROR_FILE.
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -247,6 +248,7 @@ int64_t newest_commit(const std::filesystem::path& checkpoints) {
 // default; the test starts it at once) and resumes from that commit. Its
 // weights and metrics.csv are an uninterrupted job's, bitwise.
 TEST(Slurm, ARequeuedJobResumesToTheUninterruptedRunBitwise) {
+  KILN_ONLY_IN_VARIANT("debian");
   TempDir dir, straight, requeued;
   KILN_REQUIRE_SLURM(dir, cluster);
   auto manifest = [](const TempDir& at) {
@@ -290,6 +292,60 @@ TEST(Slurm, ARequeuedJobResumesToTheUninterruptedRunBitwise) {
     EXPECT_EQ(read_file(straight / rank), read_file(requeued / rank)) << rank;
   EXPECT_EQ(rows_without_timings(straight / "run" / "metrics.csv"),
             rows_without_timings(requeued / "run" / "metrics.csv"));
+}
+
+
+// The time limit, as examples/slurm/kiln.sbatch meets it (its resource lines
+// for a GPU node replaced by two tasks here): --signal=USR1@50 with a one
+// minute limit sends SIGUSR1 about 10 s in; with preempt_signal = "SIGUSR1"
+// kiln commits at the step and exits 75 on both ranks, the script requeues
+// the job, and it continues after (as often as the limit comes) to the
+// uninterrupted run's weights and metrics, bitwise.
+TEST(Slurm, TheTimeLimitsSignalCommitsRequeuesAndContinuesBitwise) {
+  KILN_ONLY_IN_VARIANT("debian");
+  TempDir dir, straight, limited;
+  KILN_REQUIRE_SLURM(dir, cluster);
+  auto manifest = [](const TempDir& at) {
+    return recorder_manifest(at, "features = 4\nstep_ms = 250\ndump_params = \"" + (at / "params").string() + "\"\n",
+                             "size = 64\nfeatures = 4\n", "",
+                             "max_epochs = 10\nbatch_size = 4\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n"
+                             "[checkpoint]\nevery_n_steps = 8\nevery_n_epochs = 0\npreempt_signal = \"SIGUSR1\"\n"
+                             "[logging]\nloggers = [\"csv\"]\n");
+  };
+  const ProcessResult whole = cluster.command(
+      {"/usr/bin/srun", "-n", "2", kiln_exe().string(), "fit", manifest(straight).string(), "--resume", "auto"},
+      straight.path());
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+
+  std::string script = read_file(source_dir() / "examples" / "slurm" / "kiln.sbatch"), kept;
+  std::istringstream lines(script);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("--gpus-per-task") == std::string::npos && line.find("--cpus-per-task") == std::string::npos &&
+        line.find("--ntasks-per-node") == std::string::npos)
+      kept += line + "\n";
+  write_file(limited / "kiln.sbatch", kept);
+  const ProcessResult submitted = run_process(
+      {"/usr/bin/sbatch", "--parsable", "-n", "2", "--time=1", "--signal=USR1@50",
+       "--output=" + (limited / "job-%j.out").string(), (limited / "kiln.sbatch").string(), manifest(limited).string()},
+      {.cwd = limited.path(), .env = {{"SLURM_CONF", cluster.env().at("SLURM_CONF")}, {"KILN", kiln_exe().string()}},
+       .timeout = kTimeout});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
+  const std::string id = submitted.output.substr(0, submitted.output.find_first_of(";\n"));
+  const auto deadline = std::chrono::steady_clock::now() + kTimeout;
+  std::string state;
+  while (std::chrono::steady_clock::now() < deadline) {
+    state = cluster.job_state(id);
+    if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT") break;
+    if (state == "PENDING") cluster.command({"/usr/bin/scontrol", "update", "jobid=" + id, "StartTime=now"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  const std::string out = read_file(limited / ("job-" + id + ".out"));
+  ASSERT_EQ(state, "COMPLETED") << out;
+  EXPECT_NE(out.find("preempted by SIGUSR1"), std::string::npos) << out;
+  for (const char* rank : {"params.0", "params.1"})
+    EXPECT_EQ(read_file(straight / rank), read_file(limited / rank)) << rank;
+  EXPECT_EQ(rows_without_timings(straight / "run" / "metrics.csv"),
+            rows_without_timings(limited / "run" / "metrics.csv"));
 }
 
 }  // namespace
