@@ -205,6 +205,34 @@ TEST(OpenMpi, MpirunTwoProcessesTrainAsKilnsOwnTwoBitwise) {
 }
 
 
+// README.md's torchrun line, as typed there (torch 2.x's dashed options),
+// with its kiln and manifest: it trains. (The port comes from
+// PET_MASTER_PORT, torchrun's default for --master-port, so that parallel
+// tests do not meet on 29500.)
+TEST(Torchrun, TheReadmesLineTrains) {
+  KILN_REQUIRE_TORCHRUN();
+  if (run_process({check_python().string(), "-c", "import sys, torch; sys.exit(int(torch.__version__.split('.')[0]) < 2)"})
+          .exit_code != 0)
+    GTEST_SKIP() << "the README's line is for torch 2.x's torchrun (Debian's 1.13 has no dashed options)";
+  const std::string readme = read_file(source_dir() / "README.md");
+  const auto at = readme.find("\ntorchrun ");
+  ASSERT_NE(at, std::string::npos) << "README.md has no torchrun line";
+  const std::string line = readme.substr(at + 1, readme.find('\n', at + 1) - at - 1);
+  TempDir dir;
+  std::vector<std::string> argv{check_python().string(), "-m", "torch.distributed.run"};
+  std::istringstream words(line.substr(0, line.find('#')));
+  std::string word;
+  words >> word;  // torchrun
+  while (words >> word)
+    argv.push_back(word == "build/bin/kiln" ? kiln_exe().string()
+                   : word == "run.toml"     ? small_manifest(dir).string()
+                                            : word);
+  const ProcessResult r = run_process(
+      argv, {.cwd = dir.path(), .env = {{"PET_MASTER_PORT", std::to_string(loopback_port())}}, .timeout = kTimeout});
+  ASSERT_EQ(r.exit_code, 0) << line << "\n" << r.output;
+  EXPECT_TRUE(std::filesystem::exists(last(dir))) << r.output;
+}
+
 // --- SLURM: a real one-node cluster (slurm_cluster.hpp) -------------------------------
 
 #define KILN_REQUIRE_SLURM(dir, cluster)                                          \
