@@ -388,7 +388,7 @@ TEST(HuggingFace, TheWalkthroughRunsAsItsReadmeSays) {
       {(source_dir() / "examples" / "charlm" / "prepare.sh").string(), (dir / "kjv.txt").string()}, options);
   ASSERT_EQ(text.exit_code, 0) << text.output;
   const ProcessResult prepared = run_process(
-      {python, (dir / "prepare.py").string(), "--text", (dir / "kjv.txt").string(), "--lines", "3000"}, options);
+      {python, (dir / "prepare.py").string(), "--text", (dir / "kjv.txt").string(), "--lines", "1500"}, options);
   ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
   const ProcessResult exported =
       run_process({python, (source_dir() / "python" / "kiln_export.py").string(), (dir / "model.py").string(),
