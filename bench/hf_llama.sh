@@ -66,11 +66,12 @@ printf 'step ms (%s threads, %s steps each): kiln %.1f  eager %.1f  kiln/eager %
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # The interpreter's share, in instructions (callgrind counts them the same
-# on a busy machine), inside the step loop only, 6 steps, one thread:
-# GraphProgram::run's inclusive count less the operators' (the boxed
-# dispatcher calls it makes) is the interpreter's own work.
-manifest short "" 8
-sed -i 's/^max_epochs = 1$/max_epochs = 1\nmax_steps = 6/' "$out/short.toml"
+# on a busy machine), inside the step loop only, 3 steps of one row (the
+# same 203-node graph; a step of 8 rows takes ~10 minutes under callgrind),
+# one thread: GraphProgram::run's inclusive count less the operators' (the
+# boxed dispatcher calls it makes) is the interpreter's own work.
+manifest short "" 1
+sed -i 's/^max_epochs = 1$/max_epochs = 1\nmax_steps = 3/' "$out/short.toml"
 valgrind --tool=callgrind --collect-atstart=no "--toggle-collect=kiln::TrainingEpochLoop::run*" \
   --callgrind-out-file="$out/cg.out" "$build/bin/kiln" fit "$out/short.toml" --set run.threads=1 >/dev/null 2>&1 </dev/null
 callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null | awk '
@@ -78,7 +79,7 @@ callgrind_annotate --inclusive=yes "$out/cg.out" 2>/dev/null | awk '
   /PROGRAM TOTALS/ { total = count($1) }
   /kiln_exported::GraphProgram::run\(/ && !run { run = count($1) }
   /c10::Dispatcher::callBoxed/ && !boxed { boxed = count($1) }
-  END { printf "step loop %d instructions; GraphProgram::run %d, its operators %d; the interpreter %d (%.3f %% of the loop)\n",
+  END { printf "3 steps: loop %d instructions; GraphProgram::run %d, its operators %d; the interpreter %d (%.3f %% of the loop)\n",
         total, run, boxed, run - boxed, 100 * (run - boxed) / total }'
 
 # Peak RSS with and without activation checkpointing, where activations
