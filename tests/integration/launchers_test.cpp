@@ -305,13 +305,7 @@ TEST(Slurm, ARequeuedJobResumesToTheUninterruptedRunBitwise) {
   ASSERT_GE(newest_commit(requeued / "run" / "checkpoints"), 8) << cluster.logs();
   const ProcessResult requeue = cluster.command({"/usr/bin/scontrol", "requeue", id});
   ASSERT_EQ(requeue.exit_code, 0) << requeue.output;
-  std::string state;
-  while (std::chrono::steady_clock::now() < deadline) {
-    state = cluster.job_state(id);
-    if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED") break;
-    if (state == "PENDING") cluster.command({"/usr/bin/scontrol", "update", "jobid=" + id, "StartTime=now"});
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+  const std::string state = cluster.await_end(id, deadline);
   const std::string out = read_file(requeued / ("job-" + id + ".out"));
   ASSERT_EQ(state, "COMPLETED") << out;
   EXPECT_NE(out.find("Exited with exit code 75"), std::string::npos) << out;
@@ -360,13 +354,7 @@ TEST(Slurm, TheTimeLimitsSignalCommitsRequeuesAndContinuesBitwise) {
   ASSERT_EQ(submitted.exit_code, 0) << submitted.output;
   const std::string id = submitted.output.substr(0, submitted.output.find_first_of(";\n"));
   const auto deadline = std::chrono::steady_clock::now() + kTimeout;
-  std::string state;
-  while (std::chrono::steady_clock::now() < deadline) {
-    state = cluster.job_state(id);
-    if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT") break;
-    if (state == "PENDING") cluster.command({"/usr/bin/scontrol", "update", "jobid=" + id, "StartTime=now"});
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  }
+  const std::string state = cluster.await_end(id, deadline);
   const std::string out = read_file(limited / ("job-" + id + ".out"));
   ASSERT_EQ(state, "COMPLETED") << out;
   EXPECT_NE(out.find("preempted by SIGUSR1"), std::string::npos) << out;

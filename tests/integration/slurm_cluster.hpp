@@ -105,6 +105,25 @@ class SlurmCluster {
     return run_process(argv, {.cwd = cwd, .env = env(), .timeout = timeout});
   }
 
+  // Waits for job `id` to end for good: a state that ends a job (COMPLETED,
+  // FAILED, CANCELLED, TIMEOUT) seen twice a second apart (a requeue passes
+  // through one on its way back to PENDING). A PENDING job is started at once
+  // (Slurm delays a requeued job's start). Returns the state.
+  std::string await_end(const std::string& id, std::chrono::steady_clock::time_point deadline) const {
+    std::string state;
+    while (std::chrono::steady_clock::now() < deadline) {
+      state = job_state(id);
+      if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT") {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        if (job_state(id) == state) return state;
+        continue;
+      }
+      if (state == "PENDING") command({"/usr/bin/scontrol", "update", "jobid=" + id, "StartTime=now"});
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    return state;
+  }
+
   // A job's state (RUNNING, PENDING, COMPLETED, ...), from scontrol.
   std::string job_state(const std::string& id) const {
     const std::string out = command({"/usr/bin/scontrol", "show", "job", id}).output;
