@@ -19,6 +19,7 @@
 #include "common.hpp"
 #include "exported_common.hpp"
 #include "logged_files.hpp"
+#include "parameters_within.hpp"
 
 namespace kiln::test {
 namespace {
@@ -180,16 +181,9 @@ TEST(Exported, TwoProcessesMatchOneAndBf16MixedTrains) {
   const ProcessResult r = kiln_fit(manifest(two), {"-n", "2", "--set", "trainer.batch_size=8", "--set",
                                                    "trainer.data_workers=2"}, kTimeout);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const CheckpointFile a = CheckpointFile::read(one / "run" / "checkpoints" / "last.ckpt");
-  const CheckpointFile b = CheckpointFile::read(two / "run" / "checkpoints" / "last.ckpt");
-  int compared = 0;
-  for (const auto& name : a.names()) {
-    if (name.rfind("param/", 0) != 0) continue;
-    const at::Tensor x = read_tensor_section(a, name), y = read_tensor_section(b, name);
-    EXPECT_LT((x - y).abs().max().item<double>(), 1e-5) << name;
-    ++compared;
-  }
-  EXPECT_EQ(compared, 4);
+  EXPECT_EQ(expect_parameters_within(one / "run" / "checkpoints" / "last.ckpt",
+                                     two / "run" / "checkpoints" / "last.ckpt", 1e-5),
+            4);
   const ProcessResult mixed = kiln_fit(manifest(bf16), {"--set", "trainer.precision=\"bf16-mixed\""}, kTimeout);
   ASSERT_EQ(mixed.exit_code, 0) << mixed.output;
   EXPECT_NE(mixed.output.find("precision bf16-mixed"), std::string::npos) << mixed.output;
