@@ -90,6 +90,18 @@ class SlurmCluster {
   SlurmCluster& operator=(const SlurmCluster&) = delete;
 
   bool up() const { return up_; }
+  // The daemons' fatal line, else their last error line (the first are
+  // warnings of no consequence here: MailProg, pmix), for a skip's one line.
+  std::string first_error() const {
+    const std::string all = logs();
+    auto at = all.find("fatal:");
+    if (at == std::string::npos) at = all.rfind("error:");
+    if (at == std::string::npos) return "no error in slurmctld's or slurmd's log";
+    const auto begin = all.rfind('\n', at);
+    const auto end = all.find('\n', at);
+    return all.substr(begin == std::string::npos ? 0 : begin + 1,
+                      (end == std::string::npos ? all.size() : end) - (begin == std::string::npos ? 0 : begin + 1));
+  }
   std::string logs() const {
     std::string out;
     for (const char* log : {"slurmctld.log", "slurmd.log"})
