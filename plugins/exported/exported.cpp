@@ -34,6 +34,8 @@
 // buffers a program updates (BatchNorm's running statistics) are updated in
 // place. Dropout draws from LibTorch's default generator, which kiln seeds,
 // so seeds and resume keep their guarantees.
+#include <fnmatch.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -205,6 +207,21 @@ class Exported final : public kiln_plugins::Classifier {
       ops += (ops.empty() ? "" : ", ") + op + " x" + std::to_string(count);
     host.info("model '" + std::string(kId) + "': " + path_ + ", training program of " +
               std::to_string(train.program->node_count()) + " nodes: " + ops);
+    // A pattern that matches nothing would keep every activation without a word.
+    for (const std::string& pattern : recompute) {
+      bool matched = false;
+      for (const std::string& fqn : train.program->module_names())
+        matched = matched || ::fnmatch(pattern.c_str(), fqn.c_str(), 0) == 0;
+      if (!matched) {
+        std::string some;
+        size_t shown = 0;
+        for (const std::string& fqn : train.program->module_names())
+          if (shown++ < 12) some += (some.empty() ? "" : ", ") + fqn;
+        throw kiln::ConfigError("'activation_checkpointing': \"" + pattern + "\" matches no module of '" + path_ +
+                                "' (its modules: " + (some.empty() ? "none recorded" : some) +
+                                (train.program->module_names().size() > 12 ? ", ..." : "") + ")");
+      }
+    }
     if (!recompute.empty())
       host.info("model '" + std::string(kId) + "': activation checkpointing recomputes " +
                 std::to_string(train.program->recomputed_nodes()) + " nodes in backward (" + name_list(recompute) + ")");

@@ -127,23 +127,28 @@ namespace {
 // The module a node belongs to that activation checkpointing recomputes:
 // the outermost entry of its nn_module_stack ("key,fqn,class;...") whose
 // module name matches a pattern; "" when none does.
-std::string recomputed_module(const ser::Node& node, const Recompute& recompute) {
+// Each module name in a node's nn_module_stack ("key,fqn,class;..."), outermost first.
+std::vector<std::string> stack_modules(const ser::Node& node) {
+  std::vector<std::string> out;
   const auto& meta = node.get_metadata();
   const auto it = meta.find("nn_module_stack");
-  if (it == meta.end()) return "";
+  if (it == meta.end()) return out;
   const std::string& stack = it->second;
   for (size_t begin = 0; begin <= stack.size();) {
     size_t end = stack.find(';', begin);
     if (end == std::string::npos) end = stack.size();
     const std::string entry = stack.substr(begin, end - begin);
     const size_t a = entry.find(','), b = a == std::string::npos ? a : entry.find(',', a + 1);
-    if (b != std::string::npos) {
-      const std::string fqn = entry.substr(a + 1, b - a - 1);
-      for (const auto& pattern : recompute.modules)
-        if (!fqn.empty() && ::fnmatch(pattern.c_str(), fqn.c_str(), 0) == 0) return fqn;
-    }
+    if (b != std::string::npos && b > a + 1) out.push_back(entry.substr(a + 1, b - a - 1));
     begin = end + 1;
   }
+  return out;
+}
+
+std::string recomputed_module(const ser::Node& node, const Recompute& recompute) {
+  for (const std::string& fqn : stack_modules(node))
+    for (const auto& pattern : recompute.modules)
+      if (::fnmatch(pattern.c_str(), fqn.c_str(), 0) == 0) return fqn;
   return "";
 }
 
@@ -185,6 +190,7 @@ struct GraphProgram::Impl {
   std::vector<Segment> segments;
   std::vector<int> segment_at;  // by step: the segment that begins there, or -1
   size_t recomputed_nodes = 0;
+  std::vector<std::string> module_names;  // in the order first seen
   // By step: the values whose last reader it is, dropped after it so that a
   // run holds no activation longer than autograd does.
   std::vector<std::vector<int>> release_after;
@@ -684,7 +690,10 @@ void GraphProgram::bind(const ser::ExportedProgram& program, const std::map<std:
   // Each top-level node's steps, and the module it belongs to when that
   // module is to be recomputed (its region's inlined steps go with it).
   std::vector<std::pair<size_t, std::string>> owners;  // (first step, module) per node
+  std::set<std::string> seen;
   for (const auto& node : graph.get_nodes()) {
+    for (const std::string& fqn : stack_modules(node))
+      if (seen.insert(fqn).second) m.module_names.push_back(fqn);
     owners.emplace_back(m.steps.size(), recompute.modules.empty() ? std::string() : recomputed_module(node, recompute));
     m.add_node(node);
   }
@@ -725,6 +734,7 @@ const std::vector<std::vector<int64_t>>& GraphProgram::input_shapes() const { re
 const std::vector<std::string>& GraphProgram::input_names() const { return impl_->input_names; }
 size_t GraphProgram::output_count() const { return impl_->output_slots.size(); }
 size_t GraphProgram::recomputed_nodes() const { return impl_->recomputed_nodes; }
+const std::vector<std::string>& GraphProgram::module_names() const { return impl_->module_names; }
 const std::vector<std::optional<at::ScalarType>>& GraphProgram::input_dtypes() const { return impl_->input_dtypes; }
 const std::map<std::string, int>& GraphProgram::operators() const { return impl_->operators; }
 size_t GraphProgram::node_count() const { return impl_->steps.size(); }

@@ -71,6 +71,8 @@ class GraphProgram {
   size_t output_count() const;
   // How many of the program's nodes activation checkpointing recomputes.
   size_t recomputed_nodes() const;
+  // The module names of its nodes' nn_module_stack ("model.layers.0", ...).
+  const std::vector<std::string>& module_names() const;
 
  private:
   void bind(const torch::_export::ExportedProgram& program, const std::map<std::string, at::Tensor>& state,

@@ -371,6 +371,12 @@ TEST(HuggingFace, GradModeAndAutocastRegionsANonPersistentBufferAndAConstantRunA
   }
   const auto last = dir / "run" / "checkpoints" / "last.ckpt";
   ASSERT_EQ(kiln({"export", last.string(), "-o", (dir / "weights.safetensors").string()}).exit_code, 0);
+  // A checkpointing pattern that names no module: one line, exit 2.
+  const ProcessResult unmatched =
+      kiln_fit(dir / "run.toml", {"--set", "model.activation_checkpointing=[\"layer.*\"]"}, kTimeout);
+  EXPECT_EQ(unmatched.exit_code, 2) << unmatched.output;
+  EXPECT_NE(unmatched.output.find("\"layer.*\" matches no module of"), std::string::npos) << unmatched.output;
+  EXPECT_NE(unmatched.output.find("fc1"), std::string::npos) << unmatched.output;
   const ProcessResult back = python("back");
   ASSERT_EQ(back.exit_code, 0) << back.output;
   EXPECT_EQ(back.output.find("scale"), std::string::npos) << back.output;
