@@ -6,7 +6,9 @@
 // says why not where it cannot run (not root, a package missing, one CPU).
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -34,7 +36,30 @@ class SlurmCluster {
     return "";
   }
 
+  // Job ids, and so the port kiln derives from them (15000 + id % 10000),
+  // of this cluster's own: a block of 100 ids that no cluster of a test
+  // running at the same time holds (an flock held for the cluster's life).
+  int first_job_id() {
+    for (int block = 0; block < 90; ++block) {
+      const std::string lock = "/tmp/kiln-test-slurm-job-ids-" + std::to_string(block) + ".lock";
+      const int fd = ::open(lock.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+      if (fd < 0) continue;
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        ids_lock_ = fd;
+        return 1000 + block * 100;
+      }
+      ::close(fd);
+    }
+    return 1000;
+  }
+
   explicit SlurmCluster(const TempDir& dir) : dir_(dir.path() / "slurm") {
+    // One cluster at a time on this machine: two at once (ctest -j3) made a
+    // requeue from inside a job end as FAILED now and then, slurmctld and
+    // slurmd on one host name twice. The others wait here (a requeue test
+    // is about a minute).
+    one_at_a_time_ = ::open("/tmp/kiln-test-slurm.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (one_at_a_time_ >= 0) ::flock(one_at_a_time_, LOCK_EX);
     std::filesystem::create_directories(dir_ / "state");
     std::filesystem::create_directories(dir_ / "spool");
     char host[256] = {};
@@ -48,7 +73,8 @@ class SlurmCluster {
         "AuthInfo=socket=" + (dir_ / "munge.sock").string() + "\nCryptoType=crypto/munge\n" +
         "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSchedulerType=sched/builtin\n" +
         "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nMpiDefault=none\nReturnToService=2\n" +
-        "JobRequeue=1\nKillWait=10\nStateSaveLocation=" + (dir_ / "state").string() +
+        "JobRequeue=1\nKillWait=10\nFirstJobId=" + std::to_string(first_job_id()) +
+        "\nStateSaveLocation=" + (dir_ / "state").string() +
         "\nSlurmdSpoolDir=" + (dir_ / "spool").string() + "\nSlurmctldPidFile=" + (dir_ / "slurmctld.pid").string() +
         "\nSlurmdPidFile=" + (dir_ / "slurmd.pid").string() + "\nSlurmctldLogFile=" +
         (dir_ / "slurmctld.log").string() + "\nSlurmdLogFile=" + (dir_ / "slurmd.log").string() +
@@ -76,6 +102,13 @@ class SlurmCluster {
   }
 
   ~SlurmCluster() {
+    stop();
+    if (ids_lock_ >= 0) ::close(ids_lock_);
+    if (one_at_a_time_ >= 0) ::close(one_at_a_time_);
+  }
+
+ private:
+  void stop() const {
     if (!started_) return;
     command({"/usr/bin/scancel", "--full", "-u", "root"});
     for (const char* daemon : {"slurmd.pid", "slurmctld.pid", "munged.pid"}) {
@@ -86,6 +119,8 @@ class SlurmCluster {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+
+ public:
   SlurmCluster(const SlurmCluster&) = delete;
   SlurmCluster& operator=(const SlurmCluster&) = delete;
 
@@ -155,6 +190,7 @@ class SlurmCluster {
   std::filesystem::path dir_;
   std::string host_;
   bool started_ = false, up_ = false;
+  int ids_lock_ = -1, one_at_a_time_ = -1;
 };
 
 }  // namespace kiln::test
