@@ -91,6 +91,16 @@ void Loggers::flush() {
 }
 
 void Loggers::finish(const RunEnd& end) {
+  // A run that logged no row once its directory was open (a resume that
+  // finds nothing left to run) still ends what its loggers record: without
+  // this an MLflow run resumed that way stayed RUNNING after exit 0.
+  if (!open_ && may_open_) {
+    try {
+      open_files();
+    } catch (const std::exception& e) {
+      spdlog::warn("the loggers could not open to record the run's end: {}", e.what());
+    }
+  }
   if (!open_) return;
   for (auto& logger : loggers_) {
     try {
