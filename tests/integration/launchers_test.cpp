@@ -58,6 +58,30 @@ ProcessResult torchrun(const std::vector<std::string>& args, const std::vector<s
   return run_process(argv, {.cwd = cwd, .timeout = kTimeout});
 }
 
+// A recorder run of 2 ranks, 64 samples, 4 a batch, whose steps sleep
+// `step_ms` (so that a launcher can act mid-run), committing as
+// `checkpoint` says; each rank dumps its final parameters to params.<rank>.
+std::filesystem::path slow_run(const TempDir& at, int step_ms, int epochs, const std::string& checkpoint,
+                               const std::string& callback = "") {
+  return recorder_manifest(at,
+                           "features = 4\nstep_ms = " + std::to_string(step_ms) + "\ndump_params = \"" +
+                               (at / "params").string() + "\"\n",
+                           "size = 64\nfeatures = 4\n", callback,
+                           "max_epochs = " + std::to_string(epochs) +
+                               "\nbatch_size = 4\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n[checkpoint]\n" + checkpoint +
+                               "[logging]\nloggers = [\"csv\"]\n");
+}
+
+// Both runs ended with the same parameters on each rank and the same
+// metrics.csv (but for its timings), bit for bit.
+void expect_the_same_run(const TempDir& a, const TempDir& b) {
+  for (const char* rank : {"params.0", "params.1"}) {
+    ASSERT_TRUE(std::filesystem::exists(a / rank)) << rank;
+    EXPECT_EQ(read_file(a / rank), read_file(b / rank)) << rank;
+  }
+  EXPECT_EQ(rows_without_timings(a / "run" / "metrics.csv"), rows_without_timings(b / "run" / "metrics.csv"));
+}
+
 std::filesystem::path last(const TempDir& dir) { return dir / "run" / "checkpoints" / "last.ckpt"; }
 
 TEST(Torchrun, TwoWorkersTrainAsKilnsOwnTwoProcessesBitwiseWithTheStaticAndTheC10dRendezvous) {
@@ -129,10 +153,7 @@ TEST(Torchrun, MaxRestartsHealsAKilledRankToTheUninterruptedWeights) {
   KILN_REQUIRE_TORCHRUN();
   TempDir straight, healed;
   auto manifest = [](const TempDir& dir, const std::string& callback) {
-    return recorder_manifest(dir, "features = 4\ndump_params = \"" + (dir / "params").string() + "\"\n",
-                             "size = 64\nfeatures = 4\n", callback,
-                             "max_epochs = 2\nbatch_size = 4\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n"
-                             "[checkpoint]\nevery_n_steps = 4\nevery_n_epochs = 0\n");
+    return slow_run(dir, 0, 2, "every_n_steps = 4\nevery_n_epochs = 0\n", callback);
   };
   const std::vector<std::string> agent{"--nproc_per_node", "2", "--max_restarts", "2", "--monitor_interval", "0.2"};
   auto with_port = [&] {
@@ -151,10 +172,7 @@ TEST(Torchrun, MaxRestartsHealsAKilledRankToTheUninterruptedWeights) {
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_TRUE(std::filesystem::exists(healed / "crashed")) << b.output;
   EXPECT_NE(b.output.find("resum"), std::string::npos) << b.output;
-  for (const char* rank : {"params.0", "params.1"}) {
-    ASSERT_TRUE(std::filesystem::exists(straight / rank)) << a.output;
-    EXPECT_EQ(read_file(straight / rank), read_file(healed / rank)) << rank;
-  }
+  expect_the_same_run(straight, healed);
 }
 
 // Kubeflow's Trainer v2 runs torchrun with its options in PET_* variables
@@ -273,12 +291,7 @@ TEST(Slurm, ARequeuedJobResumesToTheUninterruptedRunBitwise) {
   KILN_ONLY_IN_VARIANT("debian");
   TempDir dir, straight, requeued;
   KILN_REQUIRE_SLURM(dir, cluster);
-  auto manifest = [](const TempDir& at) {
-    return recorder_manifest(at, "features = 4\nstep_ms = 60\ndump_params = \"" + (at / "params").string() + "\"\n",
-                             "size = 64\nfeatures = 4\n", "",
-                             "max_epochs = 5\nbatch_size = 4\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n"
-                             "[checkpoint]\nevery_n_steps = 4\nevery_n_epochs = 0\n[logging]\nloggers = [\"csv\"]\n");
-  };
+  auto manifest = [](const TempDir& at) { return slow_run(at, 60, 5, "every_n_steps = 4\nevery_n_epochs = 0\n"); };
   auto script = [&](const TempDir& at) {
     const auto file = at / "job.sh";
     write_file(file, "#!/bin/sh\n#SBATCH --requeue\n#SBATCH -n 2\n#SBATCH --open-mode=append\n#SBATCH -o " + (at / "job-%j.out").string() +
@@ -304,10 +317,7 @@ TEST(Slurm, ARequeuedJobResumesToTheUninterruptedRunBitwise) {
   ASSERT_EQ(state, "COMPLETED") << out;
   EXPECT_NE(out.find("Exited with exit code 75"), std::string::npos) << out;
   EXPECT_NE(out.find("resum"), std::string::npos) << out;
-  for (const char* rank : {"params.0", "params.1"})
-    EXPECT_EQ(read_file(straight / rank), read_file(requeued / rank)) << rank;
-  EXPECT_EQ(rows_without_timings(straight / "run" / "metrics.csv"),
-            rows_without_timings(requeued / "run" / "metrics.csv"));
+  expect_the_same_run(straight, requeued);
 }
 
 
@@ -322,11 +332,7 @@ TEST(Slurm, TheTimeLimitsSignalCommitsRequeuesAndContinuesBitwise) {
   TempDir dir, straight, limited;
   KILN_REQUIRE_SLURM(dir, cluster);
   auto manifest = [](const TempDir& at) {
-    return recorder_manifest(at, "features = 4\nstep_ms = 250\ndump_params = \"" + (at / "params").string() + "\"\n",
-                             "size = 64\nfeatures = 4\n", "",
-                             "max_epochs = 10\nbatch_size = 4\n[optimizer]\nname = \"sgd\"\nlr = 0.1\n"
-                             "[checkpoint]\nevery_n_steps = 8\nevery_n_epochs = 0\npreempt_signal = \"SIGUSR1\"\n"
-                             "[logging]\nloggers = [\"csv\"]\n");
+    return slow_run(at, 250, 10, "every_n_steps = 8\nevery_n_epochs = 0\npreempt_signal = \"SIGUSR1\"\n");
   };
   const ProcessResult whole = cluster.command(
       {"/usr/bin/srun", "-n", "2", kiln_exe().string(), "fit", manifest(straight).string(), "--resume", "auto"},
@@ -352,10 +358,7 @@ TEST(Slurm, TheTimeLimitsSignalCommitsRequeuesAndContinuesBitwise) {
   const std::string out = read_file(limited / ("job-" + id + ".out"));
   ASSERT_EQ(state, "COMPLETED") << out;
   EXPECT_NE(out.find("preempted by SIGUSR1"), std::string::npos) << out;
-  for (const char* rank : {"params.0", "params.1"})
-    EXPECT_EQ(read_file(straight / rank), read_file(limited / rank)) << rank;
-  EXPECT_EQ(rows_without_timings(straight / "run" / "metrics.csv"),
-            rows_without_timings(limited / "run" / "metrics.csv"));
+  expect_the_same_run(straight, limited);
 }
 
 }  // namespace
