@@ -38,6 +38,7 @@
 
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -307,7 +308,17 @@ class Exported final : public kiln_plugins::Classifier {
 
  private:
   enum class Loss { cross_entropy, mse, output };
-  using Outputs = std::map<std::string, at::Tensor>;
+  // A run's outputs by the program's names for them: found by a scan of a
+  // few names, with no map built each step.
+  struct Outputs {
+    const std::vector<std::string>* names;
+    std::vector<at::Tensor> values;
+    const at::Tensor& at(const std::string& name) const {
+      for (size_t i = 0; i < names->size(); ++i)
+        if ((*names)[i] == name) return values[i];
+      throw std::out_of_range("the program returns no output '" + name + "'");
+    }
+  };
 
   [[noreturn]] void refuse_predict() const {
     throw kiln::InvalidInput("'" + path_ + "': the program returns the loss only, and `kiln predict` has no "
@@ -344,10 +355,7 @@ class Exported final : public kiln_plugins::Classifier {
 
   Outputs run(const kiln::Batch& batch, kiln::Split split) const {
     const Bound& b = bound_for(split);
-    std::vector<at::Tensor> values = b.program->run(gather(b, batch, false));
-    Outputs out;
-    for (size_t i = 0; i < values.size(); ++i) out.emplace(b.outputs[i], std::move(values[i]));
-    return out;
+    return Outputs{&b.outputs, b.program->run(gather(b, batch, false))};
   }
 
   at::Tensor scalar_loss(const Outputs& out) const {
