@@ -4,29 +4,9 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "util/json_string.hpp"
+
 namespace kiln {
-
-namespace {
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", u);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 void write_launcher_error_file(const std::string& line, bool cause) noexcept {
   try {
