@@ -36,9 +36,9 @@ BUILD_DIR=${KILN_BUILD_DIR:-build}
 # libraries, CMake package). PyPI's default Linux wheel is the CUDA one: it
 # pulls NVIDIA's runtime wheels too (about 5.4 GB in all); no GPU is needed
 # to build or run on CPU.
-TORCH_WHEEL_VERSION=2.14.1
+TORCH_WHEEL_VERSION=2.15.0
 # torchvision's release for that torch (the tests' resnet18 only).
-TORCHVISION_WHEEL_VERSION=0.29.1
+TORCHVISION_WHEEL_VERSION=0.29.2
 # Hugging Face's libraries the wheel's tests fine-tune models of
 # (tests/integration/hugging_face_test.cpp), pinned once, where
 # examples/hugging_face's walkthrough installs them from (tokenizers comes

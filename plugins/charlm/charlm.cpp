@@ -75,6 +75,36 @@ class CharLm final : public kiln::Model {
 
   torch::nn::Module& module() override { return *net_; }
 
+#ifndef KILN_PLUGINS_WITHOUT_CHECK_BATCH  // tests' twin: the same model, never handed the probe
+  // Before anything runs (ABI 1.5): the data module's first samples, so that
+  // a context longer than block_size or a token outside the vocabulary is
+  // refused with exit 2 before anything is written, not at the first step.
+  void check_batch(kiln::Split split, const kiln::Batch& batch) override {
+    if (!batch.has("input"))
+      throw kiln::InvalidInput("the data module's batches have no \"input\" (token ids), which this model reads");
+    const at::Tensor input = batch["input"];
+    const kiln_charlm::GptOptions& o = net_->options();
+    if (input.dim() != 2 || at::isFloatingType(input.scalar_type()) || input.scalar_type() == at::kBool)
+      throw kiln::InvalidInput("\"input\" must be integer token ids [batch, context], not " +
+                               std::string(c10::toString(input.scalar_type())) + " of " +
+                               std::to_string(input.dim()) + " dimensions");
+    if (input.size(1) > o.block_size)
+      throw kiln::InvalidInput("the data's context is " + std::to_string(input.size(1)) +
+                               " tokens, longer than the model's block_size = " + std::to_string(o.block_size) +
+                               "; raise block_size or shorten the data's context");
+    if (input.numel() > 0) {
+      const int64_t low = input.min().item<int64_t>(), high = input.max().item<int64_t>();
+      if (low < 0 || high >= o.vocab_size)
+        throw kiln::InvalidInput("token id " + std::to_string(low < 0 ? low : high) +
+                                 " is outside the model's vocabulary (vocab_size = " + std::to_string(o.vocab_size) +
+                                 ")");
+    }
+    if (split == kiln::Split::predict) return;
+    if (!batch.has("target") || batch["target"].sizes() != input.sizes())
+      throw kiln::InvalidInput("the data module's batches need a \"target\" of the input's shape (the next tokens)");
+  }
+#endif
+
   at::Tensor training_step(const kiln::Batch& batch, int64_t) override {
     const at::Tensor loss = loss_of(batch);
     host().log_metric("train/bpc", loss.detach() / kLn2, static_cast<double>(batch["target"].numel()));

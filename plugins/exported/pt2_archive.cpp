@@ -22,7 +22,7 @@ namespace ser = torch::_export;
 
 namespace {
 
-// "2.14.1+cu130" -> {2, 14}; {-1, -1} when it does not read.
+// "2.15.0+cu130" -> {2, 15}; {-1, -1} when it does not read.
 std::pair<int, int> major_minor(const std::string& version) {
   int major = -1, minor = -1;
   if (std::sscanf(version.c_str(), "%d.%d", &major, &minor) != 2) return {-1, -1};

@@ -66,7 +66,7 @@ struct Pt2Program {
 };
 
 // The programs of an archive, by name ("train", "eval"). `torch_version` is
-// the host's LibTorch ("2.14.1"): a program written by a newer torch is
+// the host's LibTorch ("2.15.0"): a program written by a newer torch is
 // refused, as its operators and schema may be newer than this LibTorch's.
 std::map<std::string, Pt2Program> read_pt2(const std::string& path, const std::string& torch_version);
 

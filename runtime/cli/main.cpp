@@ -91,6 +91,7 @@ static int kiln_main(int argc, char** argv, double main_reached_s) {
   // A worker of kiln's supervisor beats from here on: loading LibTorch's
   // libraries is over, loading plugins (possibly slow) is not yet begun.
   kiln::Heartbeat heartbeat;
+  signals.announce_to(heartbeat.fd());
   kiln::CommandLine cli;
   try {
     cli.app.parse(argc, argv);

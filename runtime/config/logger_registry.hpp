@@ -27,6 +27,10 @@ struct LoggerContext {
   const LoggingConfig& config;
   std::filesystem::path run_dir;
   const std::vector<HParam>* hparams = nullptr;  // null: none given (the TensorBoard logger writes no session)
+  // `kiln validate` / `kiln test`: the files start afresh, but an experiment
+  // tracker's run is the directory's fit's, continued (MLflow's run_id, as
+  // Lightning's logger given one).
+  bool evaluates_the_fit = false;
 };
 
 using LoggerFactory = std::unique_ptr<Logger> (*)(const LoggerContext&);

@@ -14,7 +14,7 @@ namespace kiln {
 struct CudaFacts {
   bool built_with_cuda = false;  // the LibTorch kiln links has CUDA compiled in
   int devices = 0;               // CUDA devices visible to this process
-  std::string torch_version;     // for messages: "1.13.1", "2.14.1"
+  std::string torch_version;     // for messages: "1.13.1", "2.15.0"
 };
 
 // The run's device for the rank with `local_rank` of `local_world_size`

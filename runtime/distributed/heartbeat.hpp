@@ -8,7 +8,9 @@
 //   "@step N\n"      the optimizer steps done so far, when changed (at most ten a second);
 //   "!R REPORT\n"    why the worker fails, R = 1 for a root cause, 0 for an
 //                    echo of another rank's failure;
-//   "@done\n"        the worker finished its command successfully.
+//   "@done\n"        the worker finished its command successfully;
+//   "@signal N\n"    the worker got signal N itself and is stopping on it
+//                    (util/signal_watcher.hpp writes it, from its thread).
 // A worker that exits 0 without "@done" left early. No LibTorch here.
 #pragma once
 
@@ -33,6 +35,7 @@ class Heartbeat {
   Heartbeat& operator=(const Heartbeat&) = delete;
 
   bool connected() const { return fd_ >= 0; }
+  int fd() const { return fd_; }  // the pipe; -1 when not connected
   // The main thread's hook marks, watched by the beat thread.
   Activity* activity() { return &activity_; }
   void phase(const char* name);

@@ -25,7 +25,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kPreemptedExit = 75;  // kiln::kExitPreempted
+constexpr int kPreemptedExit = 75;     // kiln::kExitPreempted
+constexpr int kInterruptedExit = 130;  // kiln::kExitInterrupted
 
 // A free TCP port on the loopback interface, as torchrun picks one. Another
 // process could take it before rank 0 binds it; the rendezvous then fails
@@ -60,6 +61,7 @@ struct Worker {
   int64_t step = -1;        // optimizer steps done, as it last said
   int64_t busy_seconds = 0;
   bool done = false;        // said "@done": finished its command
+  int signalled = 0;        // said "@signal N": got signal N itself, and is stopping on it
   bool has_report = false;
   bool report_root = true;
   std::string report;       // its own failure line
@@ -110,6 +112,8 @@ void take_bytes(Worker& w, const char* data, ssize_t n, Clock::time_point now) {
       w.step = std::atoll(line.c_str() + 6);
     } else if (line == "@done") {
       w.done = true;
+    } else if (line.rfind("@signal ", 0) == 0) {
+      w.signalled = std::atoi(line.c_str() + 8);
     }
   }
 }
@@ -196,6 +200,7 @@ class Supervision {
   void on_ended(Worker& w, int status, Clock::time_point now);
   void on_exited_zero(Worker& w);
   void on_preempted(const Worker& w);
+  void on_interrupted(Worker& w, int status);
   void on_killed(Worker& w);
   void on_failed(Worker& w, int status, int code);
   void take_signal();
@@ -290,10 +295,12 @@ void Supervision::on_ended(Worker& w, int status, Clock::time_point now) {
   if (exited && code == kPreemptedExit) return on_preempted(w);
   if (w.accounted) return;  // already reported (hung, stopped responding, never started)
   if (w.killed) return on_killed(w);
-  if (w.terminated && exited && code == 130) {
+  const bool by_interrupt = WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM);
+  if (w.terminated && ((exited && code == kInterruptedExit) || by_interrupt)) {
     spdlog::debug("rank {} stopped as asked", w.rank);
     return;
   }
+  if ((exited && code == kInterruptedExit) || by_interrupt) return on_interrupted(w, status);
   on_failed(w, status, exited && code == 2 ? 2 : 1);
 }
 
@@ -311,6 +318,21 @@ void Supervision::on_preempted(const Worker& w) {
   preempted_rank_ = w.rank;
   preempted_ = w.has_report ? w.report : "preempted; rank " + std::to_string(w.rank) +
                                              " reported no checkpoint committed";
+}
+
+// A signal sent to the rank itself, not through the supervisor (`kill` on
+// its process group, a terminal of its own): the interruption it is, exit
+// 130 as if the supervisor had been interrupted, and the other ranks are
+// interrupted alike (SIGINT) rather than left to fail on a missing peer.
+void Supervision::on_interrupted(Worker& w, int status) {
+  w.accounted = true;
+  const std::string what = w.has_report && !w.report.empty()
+                               ? w.report
+                               : "interrupted: rank " + std::to_string(w.rank) + " " + describe_status(status);
+  const std::string cause = what + "; the signal was sent to the rank (pid " + std::to_string(w.pid) +
+                            "), not to kiln's launcher";
+  failures_.push_back({w.rank, cause, kInterruptedExit, true, w.phase, w.has_report});
+  stop_all("rank " + std::to_string(w.rank) + " was interrupted", SIGINT);
 }
 
 // The supervisor's SIGKILL after SIGTERM went unanswered: the cause is where
@@ -377,11 +399,18 @@ void Supervision::stop_all(const std::string& why, int forward) {
   kill_at_ = Clock::now() + options_.grace;
   spdlog::warn("{}; stopping the workers (SIG{}, SIGKILL after {} s)", why, sigabbrev_np(forward),
                std::chrono::duration<double>(options_.grace).count());
-  for (auto& w : workers_)
-    if (w.running) {
-      w.terminated = true;
-      ::kill(w.pid, forward);
+  for (auto& w : workers_) {
+    if (!w.running) continue;
+    drain(w, Clock::now());  // what it said last: that it got a signal itself?
+    w.terminated = true;
+    // A rank stopping on a signal of its own gets none from here: a second
+    // one would end it without cleanup. SIGKILL after the grace still comes.
+    if (w.signalled) {
+      spdlog::debug("rank {} is stopping on SIG{} already", w.rank, sigabbrev_np(w.signalled));
+      continue;
     }
+    ::kill(w.pid, forward);
+  }
 }
 
 void Supervision::fail(Worker& w, const std::string& cause, int code, bool root) {

@@ -9,6 +9,8 @@ void CsvLogger::log(const LogRow& row) {
   std::map<std::string, double> cells = row.metrics;
   cells["epoch"] = static_cast<double>(row.epoch);
   cells["step"] = static_cast<double>(row.step);
+  // The column appears with the first such row (metrics.csv is rewritten whole).
+  if (row.partial) cells["partial"] = 1;
   log_.append(cells);
 }
 

@@ -28,6 +28,10 @@ struct LogRow {
   int64_t epoch = 0;
   int64_t step = 0;  // optimizer steps taken so far (global)
   std::map<std::string, double> metrics;  // without "epoch" and "step"
+  // An epoch row of an epoch a stop cut short (max_steps, max_time, a
+  // callback's stop, a preemption): metrics.csv's `partial` column and
+  // metrics.jsonl's "partial" field say so. A resume replaces the row.
+  bool partial = false;
 };
 
 const char* kind_name(LogRow::Kind kind);

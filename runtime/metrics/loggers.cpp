@@ -39,9 +39,9 @@ class Loggers::Part : public Stateful {
 };
 
 Loggers::Loggers(const LoggingConfig& config, const std::filesystem::path& run_dir,
-                 const std::vector<HParam>* hparams)
+                 const std::vector<HParam>* hparams, bool evaluates_the_fit)
     : part_(std::make_unique<Part>(*this)) {
-  const LoggerContext context{config, run_dir, hparams};
+  const LoggerContext context{config, run_dir, hparams, evaluates_the_fit};
   for (const auto& name : config.loggers) {
     const LoggerEntry* entry = nullptr;
     for (const LoggerEntry& e : logger_registry())

@@ -23,8 +23,9 @@ class Loggers {
   // The loggers config.loggers names (checked by the manifest: known, no
   // repeats), made by the registry. `hparams` (may be null): the run's
   // hyperparameters, for the loggers that record them.
+  // `evaluates_the_fit`: `kiln validate` / `kiln test` (LoggerContext).
   Loggers(const LoggingConfig& config, const std::filesystem::path& run_dir,
-          const std::vector<HParam>* hparams = nullptr);
+          const std::vector<HParam>* hparams = nullptr, bool evaluates_the_fit = false);
   ~Loggers();
   Loggers(Loggers&&) noexcept;
   Loggers& operator=(Loggers&&) noexcept;

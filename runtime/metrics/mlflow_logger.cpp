@@ -66,8 +66,13 @@ std::string points_phrase(int64_t n) { return std::to_string(n) + (n == 1 ? " re
 
 }  // namespace
 
-MlflowLogger::MlflowLogger(const MlflowConfig& config, std::string tracking_uri, const std::filesystem::path& run_dir)
-    : config_(config), uri_(std::move(tracking_uri)), run_dir_(run_dir), files_(run_dir) {}
+MlflowLogger::MlflowLogger(const MlflowConfig& config, std::string tracking_uri, const std::filesystem::path& run_dir,
+                           bool evaluates_the_fit)
+    : config_(config),
+      uri_(std::move(tracking_uri)),
+      run_dir_(run_dir),
+      files_(run_dir),
+      evaluates_the_fit_(evaluates_the_fit) {}
 
 MlflowLogger::~MlflowLogger() {
   // Not finished (a failure before the end): what is queued still goes to the spool.
@@ -87,7 +92,19 @@ void MlflowLogger::open(const std::string& state) {
   info.run_name = config_.run_name.empty() ? run_dir_.filename().string() : config_.run_name;
   info.tags = config_.tags;
   info.tags.emplace("kiln.run_dir", std::filesystem::absolute(run_dir_).lexically_normal().string());
-  if (state.empty()) {
+  std::optional<MlflowRunInfo> fit;
+  if (state.empty() && evaluates_the_fit_) fit = fits_run();
+  if (fit) {
+    // The fit's run goes on: its spool grows past the fit's end record (the
+    // server may still be owed some of it: sent with these), and the params
+    // stay the fit's (MLflow's params cannot change).
+    info = *fit;
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(files_.spool(), ec);
+    spool_.emplace(files_.spool(), ec ? -1 : static_cast<int64_t>(size));
+    spdlog::info("MLflow: logging into run {} at {}, the one this directory's fit logged to",
+                 info.run_id.empty() ? "(not created yet: the fit never reached the server)" : info.run_id, uri_);
+  } else if (state.empty()) {
     // A new run: a new MLflow run, its params first in the spool. What an
     // earlier run in this directory had not sent is kept aside, not lost.
     keep_unsent_spool();
@@ -133,6 +150,25 @@ void MlflowLogger::open(const std::string& state) {
   notified_at_ = spool_->size();
   writer_ = std::thread([this] { write_in_background(); });
   thread_ = std::thread([this] { ship_in_background(); });
+}
+
+std::optional<MlflowRunInfo> MlflowLogger::fits_run() const {
+  std::optional<MlflowRunInfo> fit;
+  try {
+    fit = files_.read_run_info();
+  } catch (const std::exception& e) {
+    spdlog::warn("MLflow: {} cannot be read ({}): this run logs to a new MLflow run", files_.run_info().string(),
+                 e.what());
+    return std::nullopt;
+  }
+  if (!fit) return std::nullopt;
+  if (fit->tracking_uri != uri_ || fit->experiment != config_.experiment) {
+    spdlog::info("MLflow: this directory's fit logged to experiment '{}' at {}; this run logs to experiment '{}' at "
+                 "{}: a new MLflow run",
+                 fit->experiment, fit->tracking_uri, config_.experiment, uri_);
+    return std::nullopt;
+  }
+  return fit;
 }
 
 void MlflowLogger::keep_unsent_spool() {
@@ -375,7 +411,7 @@ void MlflowLogger::finish(const RunEnd& end) {
 
 std::unique_ptr<Logger> make_mlflow_logger(const LoggerContext& context) {
   auto logger = std::make_unique<MlflowLogger>(context.config.mlflow, tracking_uri_of(context.config.mlflow),
-                                               context.run_dir);
+                                               context.run_dir, context.evaluates_the_fit);
   if (context.hparams) logger->set_hparams(*context.hparams);  // the manifest, flattened: the run's params
   return logger;
 }

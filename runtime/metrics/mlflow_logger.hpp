@@ -44,7 +44,11 @@ namespace kiln {
 class MlflowLogger final : public Logger {
  public:
   // `tracking_uri`: resolved (the manifest's, or MLFLOW_TRACKING_URI).
-  MlflowLogger(const MlflowConfig& config, std::string tracking_uri, const std::filesystem::path& run_dir);
+  // `evaluates_the_fit` (`kiln validate` / `kiln test`): a logger opened
+  // afresh logs into the MLflow run of the fit in `run_dir` (mlflow/run.json)
+  // when it logged to the same server and experiment.
+  MlflowLogger(const MlflowConfig& config, std::string tracking_uri, const std::filesystem::path& run_dir,
+               bool evaluates_the_fit = false);
   ~MlflowLogger() override;
   const char* name() const override { return "mlflow"; }
   void set_hparams(const std::vector<HParam>& hparams) override { hparams_ = hparams; }
@@ -77,6 +81,8 @@ class MlflowLogger final : public Logger {
   void write_in_background();
   void stop_writer();
   void keep_unsent_spool();
+  // The run the directory's fit logged to, when this one continues it.
+  std::optional<MlflowRunInfo> fits_run() const;
   void ship_in_background();
   void stop_thread();
   const Key& metric_key(const std::string& name);
@@ -86,6 +92,7 @@ class MlflowLogger final : public Logger {
   std::filesystem::path run_dir_;
   MlflowFiles files_;
   std::vector<HParam> hparams_;
+  const bool evaluates_the_fit_;
   std::optional<AppendFile> spool_;
   // What log() queued and the writer has not written yet: written every
   // 250 ms (a write a row would cost a step-bound run more than 1 %), and

@@ -293,7 +293,7 @@ LoadedPlugin Loader::load(const std::filesystem::path& path, const std::string& 
   if (chosen->kind != expected_kind)
     throw InputError(who + ": [" + slot + "] needs a " + kind_name(expected_kind) + ", but '" +
                      chosen->id + "' is a " + kind_name(chosen->kind));
-  return LoadedPlugin{std::move(library), chosen, std::filesystem::absolute(path), slot};
+  return LoadedPlugin{std::move(library), chosen, std::filesystem::absolute(path), slot, entry.abi_minor};
 }
 
 void check_unique_ids(const std::vector<const LoadedPlugin*>& plugins, const std::string& manifest) {

@@ -21,6 +21,7 @@ struct LoadedPlugin {
   const kiln_descriptor* descriptor = nullptr;
   std::filesystem::path path;
   std::string slot;  // "model", "data", "callbacks[0]"; "" when inspecting
+  uint32_t abi_minor = 0;  // of KILN_ABI_VERSION_MAJOR, as the plugin was built
 
   const char* id() const { return descriptor->id; }
   const kiln_lifecycle& lifecycle() const { return *descriptor->lifecycle; }

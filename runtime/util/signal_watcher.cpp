@@ -34,8 +34,23 @@ void SignalWatcher::watch() {
       std::fputs("kiln: second signal, exiting without cleanup\n", stderr);
       _exit(kExitInterrupted);
     }
+    announce(s);
     std::fprintf(stderr, "\nkiln: %s received; stopping after the current step (send again to exit now)\n",
                  s == SIGTERM ? "SIGTERM" : s == SIGUSR1 ? "SIGUSR1" : "SIGINT");
+  }
+}
+
+void SignalWatcher::announce_to(int fd) {
+  announce_fd_ = fd;
+  if (const int s = signal_.load(); s != 0) announce(s);  // one that came first
+}
+
+void SignalWatcher::announce(int s) {
+  const int fd = announce_fd_.load();
+  if (fd < 0) return;
+  char line[32];
+  const int n = std::snprintf(line, sizeof line, "@signal %d\n", s);
+  while (::write(fd, line, static_cast<size_t>(n)) < 0 && errno == EINTR) {
   }
 }
 

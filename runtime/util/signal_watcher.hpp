@@ -27,12 +27,19 @@ class SignalWatcher {
 
   // 0 until the first SIGINT/SIGTERM/SIGUSR1, then that signal's number.
   const std::atomic<int>* signal() const { return &signal_; }
+  // A worker of kiln's supervisor: the first signal is also told through
+  // `fd` (the heartbeat pipe) at once, as "@signal N\n", so that the
+  // supervisor never sends a rank that is already stopping on a signal of
+  // its own a second one (which would end it without cleanup).
+  void announce_to(int fd);
 
  private:
   void watch();
+  void announce(int s);
   sigset_t set_;
   std::atomic<int> signal_{0};
   std::atomic<bool> done_{false};
+  std::atomic<int> announce_fd_{-1};
   std::thread thread_;
 };
 

@@ -35,7 +35,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::map<std::string, at::Tensor> state;
     for (const auto& [fqn, weight] : program.weights) state[fqn] = weight.value;
     try {
-      kiln_exported::GraphProgram bound(*program.program, "fuzz.pt2", name, state, program.constants);
+      // As kiln_exported binds them: every program reads the training
+      // program's non-persistent buffers; this one's own serve here.
+      kiln_exported::GraphProgram bound(*program.program, "fuzz.pt2", name, state, program.constants,
+                                        program.constants);
     } catch (const kiln_exported::Pt2Error& e) {
       one_line(e);
     }

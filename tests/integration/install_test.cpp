@@ -4,11 +4,56 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "common.hpp"
 
 namespace kiln::test {
 namespace {
+
+// `./go example` builds kiln and the shipped plugins alone (go's example
+// case); the README's next step, `cmake --install build --prefix ...`, must
+// then find every file it copies: each file an install rule copies without
+// OPTIONAL is one of those targets' (go_example_outputs.txt, written by
+// plugins/CMakeLists.txt). The in-tree examples' plugins are OPTIONAL:
+// installed once ./go build or ./go test built them.
+TEST(Install, WhatInstallCopiesIsWhatGoExampleBuilds) {
+  const std::string go = read_file(source_dir() / "go");
+  const size_t example = go.find("\n  example)\n");
+  ASSERT_NE(example, std::string::npos) << "go's example case";
+  const size_t targets = go.find("BUILD_TARGETS=(", example);
+  ASSERT_NE(targets, std::string::npos);
+  EXPECT_EQ(go.substr(targets, go.find('\n', targets) - targets), "BUILD_TARGETS=(kiln kiln_shipped_plugins)")
+      << "./go example builds other targets than go_example_outputs.txt lists";
+  std::set<std::string> built;
+  {
+    std::istringstream in(read_file(std::filesystem::path(KILN_TEST_BUILD_DIR) / "go_example_outputs.txt"));
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) built.insert(line);
+  }
+  ASSERT_GT(built.size(), 5u);
+  const std::regex rule(R"(file\(INSTALL [^)]*\))"), file(R"re("([^"$]+)")re");
+  int checked = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(KILN_TEST_BUILD_DIR)) {
+    if (entry.path().filename() != "cmake_install.cmake") continue;
+    const std::string text = read_file(entry.path());
+    for (std::sregex_iterator it(text.begin(), text.end(), rule), end; it != end; ++it) {
+      const std::string r = it->str();
+      if (r.find(" OPTIONAL ") != std::string::npos) continue;
+      if (!std::regex_search(r, std::regex("TYPE (EXECUTABLE|MODULE|SHARED_LIBRARY|STATIC_LIBRARY)"))) continue;
+      const std::string files = r.substr(r.find(" FILES "));
+      for (std::sregex_iterator f(files.begin(), files.end(), file); f != end; ++f) {
+        ++checked;
+        EXPECT_TRUE(built.count((*f)[1].str()))
+            << (*f)[1].str() << ": `cmake --install` copies it, `./go example` does not build it (" << entry.path()
+            << "); build it there or mark its install OPTIONAL";
+      }
+    }
+  }
+  EXPECT_GT(checked, 5) << "no install rule found: the build's cmake_install.cmake files changed form";
+}
 
 TEST(Install, OutOfTreePluginBuildsAgainstTheInstalledSdkAndTrains) {
   // A minute of compiling: in CI it runs against the recent LibTorch most

@@ -335,6 +335,42 @@ TEST(Logging, AResumedRunContinuesEveryFileWithEachStepOnce) {
   EXPECT_EQ(tab.hparam("run", "model.hang_on_rank"), "number_value 0.0") << tab.output;
 }
 
+// An epoch a stop cut short (max_steps here) still logs its row, marked: a
+// `partial` column in metrics.csv (1 there, absent elsewhere) and
+// "partial":true in metrics.jsonl. The resume that finishes the epoch
+// replaces the row: the files end as an uninterrupted run's, unmarked.
+TEST(Logging, APartialEpochRowIsMarkedAndAResumeReplacesIt) {
+  const auto manifest = [](const TempDir& dir) {
+    return write_run_manifest(dir, RunManifest{.data = synthetic_keys(32, 4, "train_size = 256\nval_size = 64\n"),
+                                               .trainer = trainer_keys(2, 32, "log_every_n_steps = 2\n"),
+                                               .extra = "\n[checkpoint]\nevery_n_epochs = 1\n"
+                                                        "\n[logging]\nloggers = [\"csv\", \"jsonl\"]\n"});
+  };
+  TempDir straight, stopped;
+  ProcessResult r = kiln_fit(manifest(straight));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = kiln_fit(manifest(stopped), {"--set", "trainer.max_steps=12"});  // 8 steps an epoch: 4 of epoch 1
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cut = read_metrics(stopped / "run" / "metrics.csv");
+  ASSERT_EQ(cut.size(), 2u) << read_file(stopped / "run" / "metrics.csv");
+  EXPECT_EQ(cut[0].count("partial"), 0u) << "a whole epoch's row is not marked";
+  ASSERT_EQ(cut[1].count("partial"), 1u) << read_file(stopped / "run" / "metrics.csv");
+  EXPECT_EQ(cut[1].at("partial"), 1);
+  EXPECT_EQ(cut[1].at("step"), 12);
+  std::vector<std::string> marked;
+  for (const auto& row : read_jsonl(stopped / "run" / "metrics.jsonl"))
+    if (row.count("partial")) marked.push_back(row.at("kind") + " " + row.at("step") + " " + row.at("partial"));
+  EXPECT_EQ(marked, std::vector<std::string>{"epoch 12 true"});
+
+  r = kiln_fit(manifest(stopped), {"--resume", "last"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(rows_without_timings(stopped / "run" / "metrics.csv"),
+            rows_without_timings(straight / "run" / "metrics.csv"));
+  EXPECT_EQ(read_file(stopped / "run" / "metrics.csv").find("partial"), std::string::npos);
+  EXPECT_EQ(jsonl_rows(stopped / "run" / "metrics.jsonl"), jsonl_rows(straight / "run" / "metrics.jsonl"));
+  EXPECT_EQ(read_file(stopped / "run" / "metrics.jsonl").find("partial"), std::string::npos);
+}
+
 TEST(Logging, WithTwoProcessesOnlyRankZeroWrites) {
   KILN_REQUIRE_CHECK_PYTHON();
   TempDir dir;

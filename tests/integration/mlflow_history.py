@@ -6,12 +6,16 @@ nothing lost, nothing twice). Also the params, the status, the final
 checkpoint tag and the run id kiln recorded.
 
 usage: mlflow_history.py TRACKING_URI RUN_DIR [--status FINISHED] [--param key=value ...] [--timing-may-differ]
+                         [--files-within]
 
 --timing-may-differ: after a kill and a resume, the timing metrics
 (*samples_per_sec*, *step_time*) of the steps both runs logged are the first
 run's in MLflow (it keeps the first value; kiln recomputes every other
 metric bit for bit), the resumed run's in the files: for those keys only the
 steps and the number of points must be equal.
+--files-within: the files are a later command's (`kiln validate` or `kiln
+test` in a fit's directory, logging into the fit's run): every point they
+hold is in the run's history, beside the fit's.
 Prints one line "ok: ..." and exits 0, or says what differs and exits 1.
 """
 import csv
@@ -66,8 +70,12 @@ def main():
     status = None
     params = {}
     timing_may_differ = False
+    within = False
     while args:
-        if args[0] == "--timing-may-differ":
+        if args[0] == "--files-within":
+            within = True
+            args = args[1:]
+        elif args[0] == "--timing-may-differ":
             timing_may_differ = True
             args = args[1:]
         elif args[0] == "--status":
@@ -94,6 +102,11 @@ def main():
         history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
         want = sorted(expected.get(name, []))
         loose = timing_may_differ and timing(name)
+        if within:
+            missing = [w for w in want if not any(h[0] == w[0] and same(h[1], w[1]) for h in history)]
+            if missing:
+                problems.append(f"{name}: MLflow's history {history[:6]} lacks the files' {missing[:6]}")
+            continue
         if len(history) != len(want) or not all(h[0] == w[0] and (loose or same(h[1], w[1])) for h, w in zip(history, want)):
             problems.append(f"{name}: MLflow has {history[:6]}{'...' if len(history) > 6 else ''} ({len(history)} points), "
                             f"metrics.jsonl {want[:6]} ({len(want)} points)")
@@ -103,6 +116,11 @@ def main():
         history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, name))
         got = [p for p in history if p[0] in {s for s, _ in want}]
         want = sorted(want)
+        if within:
+            missing = [w for w in want if not any(g[0] == w[0] and same(g[1], w[1]) for g in got)]
+            if missing:
+                problems.append(f"{name}: MLflow's history lacks metrics.csv's {missing[:6]}")
+            continue
         loose = timing_may_differ and timing(name)
         if len(got) != len(want) or not all(g[0] == w[0] and (loose or same(g[1], w[1])) for g, w in zip(got, want)):
             problems.append(f"{name}: MLflow has {got[:6]} at metrics.csv's steps, metrics.csv {want[:6]}")

@@ -327,6 +327,40 @@ TEST(Mlflow, TheRunsStatusFollowsHowKilnEnded) {
   EXPECT_EQ(h.exit_code, 0) << h.output;
 }
 
+// `kiln validate` and `kiln test` in a fit's run directory log into the
+// fit's MLflow run (as Lightning's logger given its run_id): one run in the
+// experiment, the fit's points and theirs, FINISHED; and a `kiln fit
+// --resume last` with nothing left to run ends that run again (it stayed
+// RUNNING once).
+TEST(Mlflow, ValidateAndTestInAFitsDirectoryLogIntoTheFitsRun) {
+  KILN_REQUIRE_MLFLOW_PYTHON();
+  TempDir dir("kiln-mlflow");
+  MlflowServer server;
+  ASSERT_NO_FATAL_FAILURE(server.start());
+  const auto manifest = mlflow_manifest(dir, server.uri(), "", "max_epochs = 2\nlimit_train_batches = 4\n");
+  const ProcessResult fit = kiln({"fit", manifest.string()});
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const std::string fit_info = read_file(dir / "run" / "mlflow" / "run.json");
+  const ProcessResult nothing_left = kiln({"fit", manifest.string(), "--resume", "last"});
+  ASSERT_EQ(nothing_left.exit_code, 0) << nothing_left.output;
+  ProcessResult h = history_check(server.uri(), dir / "run", {"--status", "FINISHED"});
+  EXPECT_EQ(h.exit_code, 0) << h.output << "\n" << nothing_left.output;
+  for (const char* command : {"validate", "test"}) {
+    SCOPED_TRACE(command);
+    const ProcessResult r = kiln({command, manifest.string(), "--ckpt", "last"});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("the one this directory's fit logged to"), std::string::npos) << r.output;
+    EXPECT_EQ(read_file(dir / "run" / "mlflow" / "run.json"), fit_info) << "the fit's run, its id";
+    // One run in the experiment; the command's rows in its history.
+    h = history_check(server.uri(), dir / "run", {"--status", "FINISHED", "--files-within"});
+    EXPECT_EQ(h.exit_code, 0) << h.output << "\n" << r.output;
+    // Its row (the recorder's test_step logs nothing but the row itself).
+    if (std::string(command) == "validate")
+      EXPECT_NE(read_file(dir / "run" / "metrics.csv").find("val/loss"), std::string::npos);
+    EXPECT_EQ(read_metrics(dir / "run" / "metrics.csv").size(), 1u);
+  }
+}
+
 TEST(Mlflow, TwoProcessesSendFromRankZeroOnly) {
   KILN_REQUIRE_MLFLOW_PYTHON();
   TempDir dir("kiln-mlflow");

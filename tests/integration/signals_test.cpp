@@ -27,11 +27,26 @@ struct SignalCase {
   const char* preempt_signal;  // the manifest's, when not the default (SIGTERM)
   Moment moment;
   int signal;
-  bool to_group;  // to the process group (a terminal's Ctrl-C), else to kiln's pid
+  // To kiln's pid, to its process group (a terminal's Ctrl-C), or past kiln
+  // to the ranks' own process groups (`kill` on them; a terminal of their
+  // own): both ranks, or rank 1 alone.
+  enum Target { kiln, kiln_group, ranks, rank_1 } target;
   int exit_code;  // 130: interrupted; 75: preempted
 };
 
 class Signals : public testing::TestWithParam<SignalCase> {};
+
+// `pid`'s child processes, oldest first (the lowest pid: pids do not wrap
+// within a test).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::istringstream in(read_file(task.path() / "children"));
+    for (pid_t child; in >> child;) out.push_back(child);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 TEST_P(Signals, AreToldApart) {
   const SignalCase c = GetParam();
@@ -69,7 +84,15 @@ TEST_P(Signals, AreToldApart) {
       break;
   }
   const bool in_commit = c.moment == Moment::commit;
-  ASSERT_EQ(::kill(c.to_group ? -run.pid() : run.pid(), c.signal), 0);
+  if (c.target == SignalCase::ranks || c.target == SignalCase::rank_1) {
+    const std::vector<pid_t> workers = children_of(run.pid());
+    ASSERT_EQ(workers.size(), 2u) << run.output();
+    // kiln starts rank 0 first: the lower pid (pids do not wrap in a test's time).
+    for (size_t i = c.target == SignalCase::rank_1 ? 1 : 0; i < workers.size(); ++i)
+      ASSERT_EQ(::kill(-workers[i], c.signal), 0) << "the rank leads a process group of its own";
+  } else {
+    ASSERT_EQ(::kill(c.target == SignalCase::kiln_group ? -run.pid() : run.pid(), c.signal), 0);
+  }
   const auto status = run.wait();
   ASSERT_TRUE(status.has_value()) << "kiln did not end after the signal\n" << run.output();
   const std::string output = run.output();
@@ -93,13 +116,25 @@ TEST_P(Signals, AreToldApart) {
     // that peer leave before it sees its own signal, and report the peer —
     // it cannot tell the forwarded SIGTERM from the supervisor's own stop of
     // a failed run's survivors. Ctrl-C and preemption are told exactly.
-    if (!preempted && c.signal != SIGINT && c.processes > 1 &&
+    if (!preempted && (c.signal != SIGINT || c.target == SignalCase::rank_1) && c.processes > 1 &&
         calls.find("model" + at + ":failure=PEER_FAILED") != std::string::npos)
       continue;
     EXPECT_NE(calls.find("model" + at + ":failure=" + kind), std::string::npos) << "rank " << r << "\n" << calls << output;
   }
   // The final line: what happened, and, when preempted, the checkpoint.
   if (!preempted) {
+    // A signal to the ranks: the interrupted rank's own line, and that the
+    // launcher was not the one signalled; never "exited with code 130".
+    EXPECT_EQ(output.find("exited with code 130"), std::string::npos) << output;
+    if (c.target == SignalCase::ranks || c.target == SignalCase::rank_1) {
+      const std::string line = "kiln: error: interrupted by " + signal_name + " on rank ";
+      const size_t at = output.rfind(line);
+      ASSERT_NE(at, std::string::npos) << output;
+      if (c.target == SignalCase::rank_1) EXPECT_EQ(output.compare(at + line.size(), 1, "1"), 0) << output;
+      EXPECT_NE(output.find("not to kiln's launcher", at), std::string::npos) << output;
+      EXPECT_EQ(output.find("second signal"), std::string::npos) << "a rank ended without its cleanup\n" << output;
+      return;
+    }
     // "... on rank 0" from a single process: it is its own rank 0.
     const std::string line = "kiln: error: interrupted by " + signal_name;
     const size_t at = output.rfind(line);
@@ -123,33 +158,39 @@ TEST_P(Signals, AreToldApart) {
 
 constexpr SignalCase kCases[] = {
     // Ctrl-C: interrupted, with or without [checkpoint] (whose default preemption signal is SIGTERM).
-    {"sigint_at_startup", 1, true, nullptr, Moment::startup, SIGINT, false, 130},
-    {"sigint_to_group_mid_epoch", 1, true, nullptr, Moment::mid_epoch, SIGINT, true, 130},
-    {"sigint_mid_epoch_without_checkpoint", 1, false, nullptr, Moment::mid_epoch, SIGINT, false, 130},
-    {"sigint_during_commit", 1, true, nullptr, Moment::commit, SIGINT, false, 130},
-    {"sigint_at_startup", 2, true, nullptr, Moment::startup, SIGINT, false, 130},
-    {"sigint_to_group_at_startup", 2, false, nullptr, Moment::startup, SIGINT, true, 130},
-    {"sigint_to_group_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, true, 130},
-    {"sigint_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, false, 130},
-    {"sigint_mid_epoch_without_checkpoint", 2, false, nullptr, Moment::mid_epoch, SIGINT, false, 130},
-    {"sigint_during_commit", 2, true, nullptr, Moment::commit, SIGINT, false, 130},
+    {"sigint_at_startup", 1, true, nullptr, Moment::startup, SIGINT, SignalCase::kiln, 130},
+    {"sigint_to_group_mid_epoch", 1, true, nullptr, Moment::mid_epoch, SIGINT, SignalCase::kiln_group, 130},
+    {"sigint_mid_epoch_without_checkpoint", 1, false, nullptr, Moment::mid_epoch, SIGINT, SignalCase::kiln, 130},
+    {"sigint_during_commit", 1, true, nullptr, Moment::commit, SIGINT, SignalCase::kiln, 130},
+    {"sigint_at_startup", 2, true, nullptr, Moment::startup, SIGINT, SignalCase::kiln, 130},
+    {"sigint_to_group_at_startup", 2, false, nullptr, Moment::startup, SIGINT, SignalCase::kiln_group, 130},
+    {"sigint_to_group_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, SignalCase::kiln_group, 130},
+    {"sigint_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, SignalCase::kiln, 130},
+    {"sigint_mid_epoch_without_checkpoint", 2, false, nullptr, Moment::mid_epoch, SIGINT, SignalCase::kiln, 130},
+    {"sigint_during_commit", 2, true, nullptr, Moment::commit, SIGINT, SignalCase::kiln, 130},
     // The preemption signal: a checkpoint, exit 75, the checkpoint named.
-    {"sigterm_at_startup", 1, true, nullptr, Moment::startup, SIGTERM, false, 75},
-    {"sigterm_mid_epoch", 1, true, nullptr, Moment::mid_epoch, SIGTERM, false, 75},
-    {"sigterm_during_commit", 1, true, nullptr, Moment::commit, SIGTERM, false, 75},
-    {"sigusr1_mid_epoch", 1, true, "SIGUSR1", Moment::mid_epoch, SIGUSR1, false, 75},
-    {"sigterm_at_startup", 2, true, nullptr, Moment::startup, SIGTERM, false, 75},
-    {"sigterm_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGTERM, false, 75},
-    {"sigterm_during_commit", 2, true, nullptr, Moment::commit, SIGTERM, false, 75},
-    {"sigusr1_mid_epoch", 2, true, "SIGUSR1", Moment::mid_epoch, SIGUSR1, false, 75},
+    {"sigterm_at_startup", 1, true, nullptr, Moment::startup, SIGTERM, SignalCase::kiln, 75},
+    {"sigterm_mid_epoch", 1, true, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::kiln, 75},
+    {"sigterm_during_commit", 1, true, nullptr, Moment::commit, SIGTERM, SignalCase::kiln, 75},
+    {"sigusr1_mid_epoch", 1, true, "SIGUSR1", Moment::mid_epoch, SIGUSR1, SignalCase::kiln, 75},
+    {"sigterm_at_startup", 2, true, nullptr, Moment::startup, SIGTERM, SignalCase::kiln, 75},
+    {"sigterm_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::kiln, 75},
+    {"sigterm_during_commit", 2, true, nullptr, Moment::commit, SIGTERM, SignalCase::kiln, 75},
+    {"sigusr1_mid_epoch", 2, true, "SIGUSR1", Moment::mid_epoch, SIGUSR1, SignalCase::kiln, 75},
     // Any other signal interrupts: SIGTERM without [checkpoint], or when the
     // preemption signal is SIGUSR1.
-    {"sigterm_at_startup_without_checkpoint", 1, false, nullptr, Moment::startup, SIGTERM, false, 130},
-    {"sigterm_mid_epoch_without_checkpoint", 1, false, nullptr, Moment::mid_epoch, SIGTERM, false, 130},
-    {"sigterm_mid_epoch_when_sigusr1_preempts", 1, true, "SIGUSR1", Moment::mid_epoch, SIGTERM, false, 130},
-    {"sigterm_at_startup_without_checkpoint", 2, false, nullptr, Moment::startup, SIGTERM, false, 130},
-    {"sigterm_mid_epoch_without_checkpoint", 2, false, nullptr, Moment::mid_epoch, SIGTERM, false, 130},
-    {"sigterm_mid_epoch_when_sigusr1_preempts", 2, true, "SIGUSR1", Moment::mid_epoch, SIGTERM, false, 130},
+    {"sigterm_at_startup_without_checkpoint", 1, false, nullptr, Moment::startup, SIGTERM, SignalCase::kiln, 130},
+    {"sigterm_mid_epoch_without_checkpoint", 1, false, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::kiln, 130},
+    {"sigterm_mid_epoch_when_sigusr1_preempts", 1, true, "SIGUSR1", Moment::mid_epoch, SIGTERM, SignalCase::kiln, 130},
+    {"sigterm_at_startup_without_checkpoint", 2, false, nullptr, Moment::startup, SIGTERM, SignalCase::kiln, 130},
+    {"sigterm_mid_epoch_without_checkpoint", 2, false, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::kiln, 130},
+    {"sigterm_mid_epoch_when_sigusr1_preempts", 2, true, "SIGUSR1", Moment::mid_epoch, SIGTERM, SignalCase::kiln, 130},
+    // Past kiln's launcher, to the ranks themselves: the same interruption
+    // (exit 130, INTERRUPTED), or the same preemption.
+    {"sigint_to_the_ranks_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, SignalCase::ranks, 130},
+    {"sigint_to_rank_1_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, SignalCase::rank_1, 130},
+    {"sigterm_to_the_ranks_without_checkpoint", 2, false, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::ranks, 130},
+    {"sigterm_to_the_ranks_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::ranks, 75},
 };
 
 INSTANTIATE_TEST_SUITE_P(OneAndTwoProcesses, Signals, testing::ValuesIn(kCases),

@@ -115,6 +115,7 @@ bool FitLoop::run_epoch(int64_t epoch, int64_t first_sample) {
                c.max_epochs > 0 ? fmt::format("/{}", c.max_epochs - 1) : "", format_metrics(row.metrics), seconds,
                static_cast<double>(result.samples) / seconds);
   row.step = c.global_step;
+  row.partial = cut_short;
   row.metrics["epoch_seconds"] = seconds;
   {
     ProfileScope timed(c.profiler, Phase::logging);

@@ -18,20 +18,16 @@
 
 #include "ckpt/checkpointer.hpp"
 #include "device/batch_mover.hpp"
-#include "distributed/grad_sync.hpp"
 #include "distributed/heartbeat.hpp"
 #include "distributed/process_group.hpp"
 #include "config/hparams.hpp"
 #include "metrics/loggers.hpp"
-#include "optim/replicated_step.hpp"
-#include "optim/sharded_step.hpp"
 #include "plugin/plugin_instance.hpp"
 #include "plugin/proxies.hpp"
 #include "train/loops/evaluation_loop.hpp"
 #include "train/loops/fit_loop.hpp"
 #include "train/loops/predict_loop.hpp"
 #include "train/loops/stop_condition.hpp"
-#include "train/model_parameters.hpp"
 #include "optim/nonfinite_watch.hpp"
 #include "optim/optim.hpp"
 #include "optim/param_groups.hpp"
@@ -43,11 +39,13 @@
 #include "train/run/epoch_collections.hpp"
 #include "train/run/event_fan_out.hpp"
 #include "train/run/fit_plan.hpp"
+#include "train/run/model_state.hpp"
 #include "train/run/plugin_services.hpp"
 #include "train/run/profile_report.hpp"
 #include "train/run/run_checkpoints.hpp"
 #include "train/run/run_controller.hpp"
 #include "train/run/run_metrics.hpp"
+#include "train/run/run_optimizer.hpp"
 #include "train/run/run_settings.hpp"
 #include "train/run/run_files.hpp"
 #include "train/run/start_agreement.hpp"
@@ -85,7 +83,8 @@ class Run {
         device_(manifest.run.device),
         progress_(Progress::mode_from(manifest.trainer.progress), manifest.trainer.log_every_n_steps),
         // TensorBoard's HPARAMS tab: the manifest, --set applied, as dotted keys.
-        loggers_(manifest.logging, manifest.run.dir, &manifest.hparams),
+        loggers_(manifest.logging, manifest.run.dir, &manifest.hparams,
+                 command == Command::validate || command == Command::test),
         events_(loggers_),
         stop_(settings_.max_epochs, settings_.max_steps, settings_.vote_every_n_steps, settings_.max_seconds) {}
 
@@ -199,7 +198,7 @@ class Run {
     phase(command_name(command_));
     spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s", seconds_since_start());
     wire_loops();
-    collect_parameters();
+    collect_model_state(*model_, device_, command_, state_);
     check_batches();
     if (m_.averaging.kind != AveragingKind::none) {
       averaging_.emplace(m_.averaging, settings_.max_epochs, state_.params, state_.buffers);
@@ -263,44 +262,21 @@ class Run {
       checkpointer_->parts().add("logger", loggers_.checkpoint_part(), load_priority::run);
   }
 
-  // Parameters and buffers, placed on the run's device in place, so that the
-  // plugin's module sees the same tensors the optimizer steps.
-  void collect_parameters() {
-    ModelProxy::Tensors tensors = model_->parameters();
-    if (tensors.params.empty() && command_ == Command::fit)
-      throw HookError(model_->id(), "model", "parameters", "the model has no parameters to train");
-    for (auto* list : {&tensors.params, &tensors.buffers})
-      for (auto& [name, tensor] : *list)
-        if (tensor.device() != device_) tensor.set_data(tensor.to(device_));
-    state_.params = std::move(tensors.params);
-    state_.buffers = std::move(tensors.buffers);
-    state_.trainable.clear();
-    state_.trainable_names.clear();
-    int64_t count = 0;
-    for (auto& [name, tensor] : state_.params) {
-      if (tensor.requires_grad()) {
-        state_.trainable.push_back(tensor);
-        state_.trainable_names.push_back(name);
-      }
-      count += tensor.numel();
-    }
-    spdlog::info("model '{}': {} parameter tensors ({} values), {} buffers", model_->id(), state_.params.size(), count,
-                 state_.buffers.size());
-    if (command_ == Command::fit)
-      for (const std::string& line : model_summary(parameter_infos(state_.params))) spdlog::info("  {}", line);
-    if (spdlog::should_log(spdlog::level::debug)) {
-      // A like-for-like marker: bench/ compares it with a hand-written loop.
-      double sum = 0;
-      for (auto& [name, tensor] : state_.params) sum += tensor.sum().item<double>();
-      spdlog::debug("initial parameter sum {:.6f}", sum);
-    }
-  }
-
   // The model looks at the first samples of each split this command reads
   // (ABI 1.5), so that a model and data that do not fit together are
   // refused now, exit 2, before anything is written — not at the first step.
+  // The sample's request says for_check, so a data module leaves no trace
+  // of it (docs/abi.md); one built before 1.5 cannot tell, and is not asked.
   void check_batches() {
     if (!model_->has_check_batch()) return;
+    const LoadedPlugin& data = session_->data().plugin();
+    if (data.abi_minor < 5) {
+      if (rank() == 0)
+        spdlog::info("data module '{}' (ABI 1.{}) cannot tell the batch check's sample from a step's batch: "
+                     "model '{}' checks none before the run (rebuild the data module against kiln's SDK 1.5 or later)",
+                     data.id(), data.abi_minor, model_->id());
+      return;
+    }
     for (kiln_split split : splits_used()) {
       BatchPtr sample = batches_->sample(split, 2);
       if (sample) model_->check_batch(split, *sample);
@@ -352,53 +328,9 @@ class Run {
   }
 
   // --- loops -------------------------------------------------------------------------
-  // The optimizer over what this rank steps, registered with the
-  // checkpoints: every trainable value, or (distributed.shard = optimizer,
-  // ZeRO-1) the elements it owns, every rank's all-gathered after each step.
-  void build_optimizer(const std::vector<ParamGroup>& groups) {
-    const ShardMode shard = m_.distributed.shard;
-    if (shard != ShardMode::none && m_.distributed.gradient_compression != GradientCompression::none)
-      throw InputError("distributed.gradient_compression is for the replicated all-reduce; distributed.shard = \"" +
-                       std::string(option_name(shard)) +
-                       "\" reduce-scatters float32 gradients (set one of them to \"none\")");
-    if (shard == ShardMode::none) {
-      state_.optimizer = make_optimizer(m_.optimizer, groups, state_.trainable);
-      checkpoints_->register_optimizer();
-      return;
-    }
-    std::vector<int64_t> numels;
-    for (const auto& p : state_.trainable) numels.push_back(p.numel());
-    shard_layout_.emplace(std::move(numels), world_size(), rank());
-    owned_ = ShardedStep::owned_views(state_.trainable, *shard_layout_);
-    state_.optimizer = make_optimizer(m_.optimizer, groups, owned_);
-    checkpoints_->register_sharded_optimizer(owned_, *shard_layout_, group_.get());
-    int64_t elements = 0;
-    for (const auto& v : owned_) elements += v.numel();
-    spdlog::info("distributed.shard = {}: rank {} holds the optimizer's state{} for {} of the {} trained "
-                 "values ({} per rank with padding; replicated: all {})",
-                 option_name(shard), rank(), shard == ShardMode::gradients ? " and reduced gradients" : "", elements,
-                 shard_layout_->total(), shard_layout_->shard_size(), shard_layout_->total());
-    if (group_ && group_->reduce_scatter_is_all_reduce())
-      spdlog::info("distributed.shard: the ranks are not all on one host sharing memory, and {}'s reduce-scatter "
-                   "needs shard-aligned buckets: the gradients are all-reduced (twice a reduce-scatter's traffic)",
-                   group_->gradient_transport());
-  }
-
-  // The optimizer-step seam's implementation for what build_optimizer made.
-  std::unique_ptr<OptimizerStep> optimizer_step(GradScaler* scaler, NonfiniteWatch* nonfinite) {
-    const ReplicatedStep::Parts parts{
-        *state_.optimizer, state_.trainable,
-        GradientClipping{m_.trainer.gradient_clip_val, m_.trainer.gradient_clip_algorithm == GradientClipAlgorithm::value},
-        grad_sync_.get(), scaler, nonfinite, averaging_ ? &*averaging_ : nullptr, profiler_.get()};
-    if (shard_layout_)
-      return std::make_unique<ShardedStep>(parts, owned_, *shard_layout_, group_.get(),
-                                           m_.distributed.shard == ShardMode::gradients);
-    return std::make_unique<ReplicatedStep>(parts);
-  }
-
   void fit() {
     const std::vector<ParamGroup> groups = plan_optimizer_groups(m_, state_, model_->id());
-    build_optimizer(groups);
+    optimizer_.emplace(m_, state_, groups, *checkpoints_, group_.get(), rank(), world_size());
     if (rank() == 0)  // only rank 0 logs
       metrics_->attach_monitors(&events_.start_monitors(m_.trainer.log_every_n_steps, world_size(), *state_.optimizer));
     const FitSettings settings = fit_settings(m_, settings_, resume_.has_value());
@@ -423,9 +355,6 @@ class Run {
       schedule.anneal_to(m_.averaging.swa_lr, swa_start_epoch(m_.averaging, settings_.max_epochs),
                          m_.averaging.annealing_epochs);
     open_run_dir();
-    if (group_ && !shard_layout_)  // a sharded step reduce-scatters the gradients itself
-      grad_sync_ = std::make_unique<GradSync>(*group_, state_.trainable, state_.trainable_names,
-                                              m_.distributed.gradient_compression);
     std::optional<GradScaler> scaler;
     if (m_.trainer.precision == Precision::fp16_mixed) scaler.emplace(state_.scaler);
     NonfiniteWatch& nonfinite =
@@ -439,7 +368,8 @@ class Run {
         return nonfinite_->may_commit(state_.trainable, at.global_step, ran_in);
       });
     const std::unique_ptr<OptimizerStep> step =
-        optimizer_step(scaler ? &*scaler : nullptr, nonfinite.on() ? &nonfinite : nullptr);
+        optimizer_->step(scaler ? &*scaler : nullptr, nonfinite.on() ? &nonfinite : nullptr,
+                         averaging_ ? &*averaging_ : nullptr, profiler_.get());
     Optimization optimization{*step, *state_.optimizer, schedule};
     if (nonfinite.on()) optimization.nonfinite = &nonfinite;
     if (averaging_) optimization.averaging = &*averaging_;
@@ -529,9 +459,7 @@ class Run {
   std::unique_ptr<LoopContext> context_;
   // The model's training state.
   TrainingState state_;
-  std::unique_ptr<GradSync> grad_sync_;
-  std::optional<ShardLayout> shard_layout_;  // distributed.shard = optimizer
-  std::vector<at::Tensor> owned_;            // its views of this rank's elements
+  std::optional<RunOptimizer> optimizer_;     // fit
   std::optional<NonfiniteWatch> nonfinite_;  // fit: trainer.detect_nonfinite
   std::shared_ptr<Profiler> profiler_;       // fit with [profiler]
   std::optional<WeightAveraging> averaging_;  // [averaging]

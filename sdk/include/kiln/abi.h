@@ -519,7 +519,8 @@ typedef struct kiln_batch_request {
   int64_t epoch; /* 0-based training epoch; 0 for val, test and predict (every validation sees the same transforms) */
   /* 1.5: 1 when the batch is the sample kiln_model_hooks.check_batch looks
    * at before anything runs (no step trains or evaluates it); 0 for a
-   * step's. A data module that counts or meters what it serves skips it. */
+   * step's. Served as those samples would be, it must leave no trace: not
+   * counted, logged, cached or advancing any state (docs/abi.md). */
   int32_t for_check;
 } kiln_batch_request;
 

@@ -252,7 +252,8 @@ struct BatchRequest {
   const uint64_t* sample_seeds;  // NULL from a 1.0-1.3 host
   int64_t epoch;                 // -1 from a 1.0-1.3 host
   // The sample Model::check_batch looks at before anything runs, not a
-  // step's batch (ABI 1.5; false from an older host).
+  // step's batch (ABI 1.5; false from an older host): serve it, and leave
+  // no trace of it (nothing counted, logged or cached; docs/abi.md).
   bool for_check = false;
 
   // The seed of sample i's random transforms: the host's (the same with any

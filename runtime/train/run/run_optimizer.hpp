@@ -1,0 +1,55 @@
+// Fit's optimizer as the run wires it: over what this rank steps (every
+// trainable value, or with distributed.shard the elements it owns),
+// registered with the checkpoints, and the optimizer-step seam the fit loop
+// calls (optim/replicated_step.hpp, optim/sharded_step.hpp) with the
+// gradients' transport that goes with it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "config/manifest.hpp"
+#include "loop_parts/loop_parts.hpp"
+#include "optim/param_groups.hpp"
+#include "optim/shard_layout.hpp"
+#include "train/run/run_checkpoints.hpp"
+
+namespace kiln {
+
+class GradScaler;
+class GradSync;
+class NonfiniteWatch;
+class Profiler;
+class ProcessGroup;
+class WeightAveraging;
+
+class RunOptimizer {
+ public:
+  // Makes `state.optimizer` for `groups` and registers it with
+  // `checkpoints`. Throws InputError for a shard mode with gradient
+  // compression. `group`: null in one process.
+  RunOptimizer(const Manifest& manifest, TrainingState& state, const std::vector<ParamGroup>& groups,
+               RunCheckpoints& checkpoints, ProcessGroup* group, int32_t rank, int32_t world_size);
+  ~RunOptimizer();
+  RunOptimizer(const RunOptimizer&) = delete;
+  RunOptimizer& operator=(const RunOptimizer&) = delete;
+
+  // The step for the loop, once the ranks agree on the weights (a
+  // replicated run's gradient buckets are made over the agreed tensors).
+  // The pointers may be null (off).
+  std::unique_ptr<OptimizerStep> step(GradScaler* scaler, NonfiniteWatch* nonfinite, WeightAveraging* averaging,
+                                      Profiler* profiler);
+
+ private:
+  const Manifest& m_;
+  TrainingState& state_;
+  ProcessGroup* group_;
+  std::unique_ptr<GradSync> grad_sync_;
+  std::optional<ShardLayout> shard_layout_;  // distributed.shard != none
+  std::vector<at::Tensor> owned_;            // its views of this rank's elements
+};
+
+}  // namespace kiln
