@@ -165,13 +165,13 @@ export_sanitizer_options() {
 # tests whose subject is kiln's own logic -- bad input, signals, kills,
 # locks, restarts, reports -- behave the same with either LibTorch: Debian's
 # variant runs them, the wheel's does not.
-KILN_LOGIC_ONLY='^integration\.(Resume/EveryStop|OpenMpi|Slurm|Processes/Shard|ShardedCheckpoints|Readme|ArraysRefuse|CsvRefuse|ImageFolder/ImageFolderRefuse|ImageFolderDamaged|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Cli|Restart|Resume|ResumeAuto|Logging|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|EachDefect/LoaderRefuses|BadCheckpoint|Collect/Misuses|StartupAgreement|ValCheckInterval|SanityCheck|OverfitBatches|Profiler)\.'
+KILN_LOGIC_ONLY='^integration\.(Resume/EveryStop|BatchCheck|OpenMpi|Slurm|Processes/Shard|ShardedCheckpoints|Readme|ArraysRefuse|CsvRefuse|ImageFolder/ImageFolderRefuse|ImageFolderDamaged|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Cli|Restart|Resume|ResumeAuto|Logging|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|EachDefect/LoaderRefuses|BadCheckpoint|Collect/Misuses|StartupAgreement|ValCheckInterval|SanityCheck|OverfitBatches|Profiler)\.'
 # Under the sanitizers: the tests that take kiln's code through its inputs,
 # files, plugins and collectives, not the ones that mostly wait on kills,
 # signals, timeouts and restarts (minutes of process time each, the same
 # code paths) or build a plugin (Install). The bad-input catalogue's parsers
 # run under AddressSanitizer in the fuzzing pass (./go fuzz) instead.
-NOT_UNDER_SANITIZERS='^integration\.(Resume/EveryStop|Torchrun|OpenMpi|Slurm|HuggingFace|Readme|ArraysRefuse|CsvRefuse|ImageFolder|ImageFolderDamaged|ImageFolder/ImageFolderRefuse|Examples/OwnData|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Restart|ResumeAuto|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|Install|CharLm|CrossLibTorch|Resume/WorldSizes)\.'
+NOT_UNDER_SANITIZERS='^integration\.(Resume/EveryStop|BatchCheck|Torchrun|OpenMpi|Slurm|HuggingFace|Readme|ArraysRefuse|CsvRefuse|ImageFolder|ImageFolderDamaged|ImageFolder/ImageFolderRefuse|Examples/OwnData|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Restart|ResumeAuto|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|Install|CharLm|CrossLibTorch|Resume/WorldSizes)\.'
 
 # `--torch debian|wheel` may follow the command, before its other options.
 cmd=${1:-}

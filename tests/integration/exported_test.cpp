@@ -591,5 +591,27 @@ TEST(Exported, WhatCannotBeRunIsRefusedInOneLine) {
   expect_refused(dir, "takes input 'x' of shape [batch, 8], the data module's batch has [2, 9]");
 }
 
+// The README's "From Python" commands as typed (examples/from_python):
+// export FashionNet with python/kiln_export.py, then `kiln fit fashion.toml`
+// beside it (two steps here; the manifest's two epochs are the README's).
+TEST(Exported, TheFromPythonExampleRunsAsTheReadmeSays) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  const auto example = source_dir() / "examples" / "from_python";
+  for (const char* file : {"model.py", "fashion.toml"}) std::filesystem::copy_file(example / file, dir / file);
+  const ProcessResult exported =
+      run_process({check_python().string(), (source_dir() / "python" / "kiln_export.py").string(), "model.py",
+                   "FashionNet", "--shape", "784", "-o", "model.pt2"},
+                  {.cwd = dir.path(), .timeout = kTimeout});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const ProcessResult fit =
+      kiln({"fit", "fashion.toml", "--set", "trainer.max_steps=2", "--set", "trainer.limit_val_batches=1", "--set",
+            "trainer.limit_test_batches=1", "--set", "trainer.progress=none"},
+           {.cwd = dir.path(), .timeout = kTimeout});
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  EXPECT_GE(last_value(read_metrics(dir / "runs" / "fashion-from-python" / "metrics.csv"), "test/acc"), 0.0)
+      << fit.output;
+}
+
 }  // namespace
 }  // namespace kiln::test
