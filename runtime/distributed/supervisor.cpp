@@ -326,6 +326,12 @@ void Supervision::on_preempted(const Worker& w) {
 // interrupted alike (SIGINT) rather than left to fail on a missing peer.
 void Supervision::on_interrupted(Worker& w, int status) {
   w.accounted = true;
+  // kiln got a signal too (`pkill kiln`, a job step's signal): the launcher's
+  // own interruption, reported as if the rank had not ended first.
+  if (signal_ && signal_->load() != 0) {
+    take_signal();
+    return;
+  }
   const std::string what = w.has_report && !w.report.empty()
                                ? w.report
                                : "interrupted: rank " + std::to_string(w.rank) + " " + describe_status(status);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 
 #include "util/errors.hpp"
@@ -27,9 +28,21 @@ SignalWatcher::~SignalWatcher() {
 
 void SignalWatcher::watch() {
   const timespec tick{0, 100'000'000};
+  std::chrono::steady_clock::time_point first_at;
   while (!done_) {
     const int s = sigtimedwait(&set_, nullptr, &tick);
     if (s <= 0) continue;
+    // A worker of kiln's supervisor that gets its first signal twice at
+    // once (`pkill kiln`, SLURM signalling every process of a step: the
+    // signal itself, then the supervisor's forward of it) takes the copy
+    // as the same signal, not as "exit now": the supervisor never sends a
+    // second one itself (it escalates with SIGKILL).
+    if (announce_fd_.load() >= 0 && signal_.load() == s &&
+        std::chrono::steady_clock::now() - first_at < kSameSignalWindow) {
+      std::fputs("kiln: the same signal again at once (the launcher's forward of it): taken as one\n", stderr);
+      continue;
+    }
+    if (signal_.load() == 0) first_at = std::chrono::steady_clock::now();
     if (signal_.exchange(s) != 0) {
       std::fputs("kiln: second signal, exiting without cleanup\n", stderr);
       _exit(kExitInterrupted);

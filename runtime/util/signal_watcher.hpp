@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace kiln {
@@ -36,6 +37,7 @@ class SignalWatcher {
  private:
   void watch();
   void announce(int s);
+  static constexpr std::chrono::seconds kSameSignalWindow{2};
   sigset_t set_;
   std::atomic<int> signal_{0};
   std::atomic<bool> done_{false};

@@ -30,7 +30,9 @@ struct SignalCase {
   // To kiln's pid, to its process group (a terminal's Ctrl-C), or past kiln
   // to the ranks' own process groups (`kill` on them; a terminal of their
   // own): both ranks, or rank 1 alone.
-  enum Target { kiln, kiln_group, ranks, rank_1 } target;
+  // `everyone`: kiln and the ranks at once, as `pkill kiln` or SLURM
+  // signalling every process of a job step does.
+  enum Target { kiln, kiln_group, ranks, rank_1, everyone } target;
   int exit_code;  // 130: interrupted; 75: preempted
 };
 
@@ -84,9 +86,10 @@ TEST_P(Signals, AreToldApart) {
       break;
   }
   const bool in_commit = c.moment == Moment::commit;
-  if (c.target == SignalCase::ranks || c.target == SignalCase::rank_1) {
+  if (c.target == SignalCase::ranks || c.target == SignalCase::rank_1 || c.target == SignalCase::everyone) {
     const std::vector<pid_t> workers = children_of(run.pid());
     ASSERT_EQ(workers.size(), 2u) << run.output();
+    if (c.target == SignalCase::everyone) ASSERT_EQ(::kill(run.pid(), c.signal), 0);
     // kiln starts rank 0 first: the lower pid (pids do not wrap in a test's time).
     for (size_t i = c.target == SignalCase::rank_1 ? 1 : 0; i < workers.size(); ++i)
       ASSERT_EQ(::kill(-workers[i], c.signal), 0) << "the rank leads a process group of its own";
@@ -126,6 +129,7 @@ TEST_P(Signals, AreToldApart) {
     // A signal to the ranks: the interrupted rank's own line, and that the
     // launcher was not the one signalled; never "exited with code 130".
     EXPECT_EQ(output.find("exited with code 130"), std::string::npos) << output;
+    EXPECT_EQ(output.find("second signal"), std::string::npos) << "a rank ended without its cleanup\n" << output;
     if (c.target == SignalCase::ranks || c.target == SignalCase::rank_1) {
       const std::string line = "kiln: error: interrupted by " + signal_name + " on rank ";
       const size_t at = output.rfind(line);
@@ -191,6 +195,10 @@ constexpr SignalCase kCases[] = {
     {"sigint_to_rank_1_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, SignalCase::rank_1, 130},
     {"sigterm_to_the_ranks_without_checkpoint", 2, false, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::ranks, 130},
     {"sigterm_to_the_ranks_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::ranks, 75},
+    // kiln and its ranks at once: each rank gets the signal twice (its own,
+    // and the supervisor's forward), and takes them as one.
+    {"sigint_to_everyone_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGINT, SignalCase::everyone, 130},
+    {"sigterm_to_everyone_mid_epoch", 2, true, nullptr, Moment::mid_epoch, SIGTERM, SignalCase::everyone, 75},
 };
 
 INSTANTIATE_TEST_SUITE_P(OneAndTwoProcesses, Signals, testing::ValuesIn(kCases),
