@@ -16,6 +16,11 @@
 // top_k = 0             # 0 = sample from every token
 // seed = 0              # the draws; the same text for the same weights
 //
+// Before anything runs it checks the data's first samples (ABI 1.5's
+// check_batch): a context longer than block_size or a token id outside
+// vocab_size is refused, exit 2 (`kiln predict`'s prompts may be longer:
+// generation keeps their last block_size tokens).
+//
 // Metrics: train/loss, val/loss and test/loss are cross-entropies in nats
 // per token; */bpc is the same in bits (loss / ln 2: bits per character when
 // tokens are bytes), the usual unit for character models.
@@ -88,7 +93,9 @@ class CharLm final : public kiln::Model {
       throw kiln::InvalidInput("\"input\" must be integer token ids [batch, context], not " +
                                std::string(c10::toString(input.scalar_type())) + " of " +
                                std::to_string(input.dim()) + " dimensions");
-    if (input.size(1) > o.block_size)
+    // Prompts longer than block_size are fine: generation keeps their last
+    // block_size tokens.
+    if (split != kiln::Split::predict && input.size(1) > o.block_size)
       throw kiln::InvalidInput("the data's context is " + std::to_string(input.size(1)) +
                                " tokens, longer than the model's block_size = " + std::to_string(o.block_size) +
                                "; raise block_size or shorten the data's context");

@@ -62,6 +62,30 @@ TEST(CharLm, PredictWritesTheGeneratedBytesAsTextTheSameEachTime) {
 
 // A uint8 tensor is not always text: outputs of another kind are refused,
 // naming the key, before predictions.pt is written.
+// kiln_charlm checks the data's first samples before anything runs (ABI
+// 1.5's check_batch): a context longer than its block_size, or a token
+// outside its vocabulary, is exit 2 naming both, with nothing written; a
+// prompt longer than block_size is fine for `kiln predict` (generation keeps
+// its last block_size tokens).
+TEST(CharLm, ADataContextLongerThanBlockSizeOrATokenOutsideTheVocabularyIsRefusedAtStart) {
+  TempDir dir;
+  const auto manifest = charlm_manifest(dir);
+  ProcessResult r = kiln({"fit", manifest.string(), "--set", "data.block_size=32"}, {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the data's context is 32 tokens, longer than the model's block_size = 16"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run")) << r.output;
+  r = kiln({"fit", manifest.string(), "--set", "model.vocab_size=100"}, {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("outside the model's vocabulary (vocab_size = 100)"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run")) << r.output;
+  r = kiln({"fit", manifest.string(), "--set", "trainer.max_steps=2"}, {.timeout = kTimeout});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = kiln({"predict", manifest.string(), "--ckpt", "last", "--set", "data.prompt_tokens=40"}, {.timeout = kTimeout});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(CharLm, PredictionsTextRefusesOutputsThatAreNotBytes) {
   TempDir dir;
   const auto manifest = synthetic_manifest(dir);
