@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -83,7 +82,6 @@ TEST(BatchCheck, TheProbeLeavesNoTraceInAnyShippedDataModule) {
   // kiln_image_folder counts and names what skip_unreadable replaces, per
   // epoch: the train split's first image (sample 0 without a held-out
   // part, what the probe reads first) unreadable.
-  std::vector<std::filesystem::path> first_class;
   const auto train = dir / "data" / "images" / "train";
   std::vector<std::filesystem::path> classes;
   for (const auto& e : std::filesystem::directory_iterator(train)) classes.push_back(e.path());
