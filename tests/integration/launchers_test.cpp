@@ -356,7 +356,7 @@ TEST(Slurm, TheTimeLimitsSignalCommitsRequeuesAndContinuesBitwise) {
   const auto deadline = std::chrono::steady_clock::now() + kTimeout;
   const std::string state = cluster.await_end(id, deadline);
   const std::string out = read_file(limited / ("job-" + id + ".out"));
-  ASSERT_EQ(state, "COMPLETED") << out;
+  ASSERT_EQ(state, "COMPLETED") << out << "\n--- the cluster's logs:\n" << cluster.logs();
   EXPECT_NE(out.find("preempted by SIGUSR1"), std::string::npos) << out;
   expect_the_same_run(straight, limited);
 }

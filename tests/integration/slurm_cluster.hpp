@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -54,10 +55,9 @@ class SlurmCluster {
   }
 
   explicit SlurmCluster(const TempDir& dir) : dir_(dir.path() / "slurm") {
-    // One cluster at a time on this machine: two at once (ctest -j3) made a
-    // requeue from inside a job end as FAILED now and then, slurmctld and
-    // slurmd on one host name twice. The others wait here (a requeue test
-    // is about a minute).
+    // One cluster at a time on this machine: slurmctld and slurmd of two
+    // clusters on one host name, and their jobs, would compete. The others
+    // wait here (a requeue test is about a minute).
     one_at_a_time_ = ::open("/tmp/kiln-test-slurm.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     if (one_at_a_time_ >= 0) ::flock(one_at_a_time_, LOCK_EX);
     std::filesystem::create_directories(dir_ / "state");
@@ -154,10 +154,14 @@ class SlurmCluster {
 
   // Waits for job `id` to end for good: a state that ends a job (COMPLETED,
   // FAILED, CANCELLED, TIMEOUT) seen twice a second apart (a requeue passes
-  // through one on its way back to PENDING). A PENDING job is started at once
-  // (Slurm delays a requeued job's start). Returns the state.
+  // through one on its way back to PENDING). A PENDING job is started 2 s
+  // after it was first seen pending, not Slurm's two minutes for a requeued
+  // job, and not at once: slurmd refuses a batch launch whose credential is
+  // from the same second as the previous run's revocation ("Job credential
+  // revoked", slurm_cred.c compares whole seconds), and the job ends FAILED.
+  // Returns the state.
   std::string await_end(const std::string& id, std::chrono::steady_clock::time_point deadline) const {
-    std::string state;
+    std::string state, start_at;
     while (std::chrono::steady_clock::now() < deadline) {
       state = job_state(id);
       if (state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT") {
@@ -165,7 +169,14 @@ class SlurmCluster {
         if (job_state(id) == state) return state;
         continue;
       }
-      if (state == "PENDING") command({"/usr/bin/scontrol", "update", "jobid=" + id, "StartTime=now"});
+      if (state != "PENDING") {
+        start_at.clear();
+      } else {
+        // One absolute time for the whole pending spell: "now+2" on every
+        // poll would keep moving it.
+        if (start_at.empty()) start_at = slurm_time(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        command({"/usr/bin/scontrol", "update", "jobid=" + id, "StartTime=" + start_at});
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
     }
     return state;
@@ -180,6 +191,15 @@ class SlurmCluster {
 
  private:
   std::filesystem::path conf_path() const { return dir_ / "slurm.conf"; }
+  // A time as Slurm's commands read it: local, to the second.
+  static std::string slurm_time(std::chrono::system_clock::time_point at) {
+    const std::time_t t = std::chrono::system_clock::to_time_t(at);
+    std::tm local{};
+    ::localtime_r(&t, &local);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &local);
+    return text;
+  }
   // A daemon, detached from the test's pipes (it forks and outlives the call).
   void start(const std::vector<std::string>& argv) const {
     std::string line = "exec";
