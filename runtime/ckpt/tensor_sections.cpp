@@ -143,18 +143,22 @@ void add_tensor_section(CheckpointSnapshot& snapshot, const std::string& name, c
 }
 
 void restore_tensor_section(const CheckpointFile& file, const std::string& name, const std::string& what,
-                            at::Tensor& target) {
+                            at::Tensor& target, bool convert_floating) {
   const TensorSection s = parse_tensor(file, name);
   const std::string dtype = c10::toString(target.scalar_type());
   if (s.sizes != target.sizes().vec())
     throw CheckpointError(file.path().string() + ": shape of '" + what + "' is " + shape_text(s.sizes) +
                           " in the checkpoint but " + shape_text(target.sizes()) + " in the model");
-  if (s.dtype != dtype)
+  const auto saved = dtype_named(s.dtype);
+  const bool converts = convert_floating && saved && at::isFloatingType(*saved) &&
+                        at::isFloatingType(target.scalar_type());
+  if (s.dtype != dtype && !converts)
     throw CheckpointError(file.path().string() + ": dtype of '" + what + "' is " + s.dtype + " in the checkpoint but " +
                           dtype + " in the model");
-  if (s.data.size() != static_cast<size_t>(target.numel() * target.element_size()))
+  const at::TensorOptions options = target.options().device(at::kCPU).dtype(saved.value_or(target.scalar_type()));
+  if (s.data.size() != static_cast<size_t>(target.numel()) * c10::elementSize(options.dtype().toScalarType()))
     throw CheckpointError(file.path().string() + ": section '" + name + "' has the wrong number of bytes");
-  at::Tensor source = at::empty(s.sizes, target.options().device(at::kCPU));
+  at::Tensor source = at::empty(s.sizes, options);
   std::memcpy(source.data_ptr(), s.data.data(), s.data.size());
   at::NoGradGuard no_grad;
   target.copy_(source);
@@ -192,7 +196,9 @@ void ModelTensorsPart::check(const CheckpointFile& file) const {
 }
 
 void ModelTensorsPart::load(const CheckpointFile& file) {
-  for (auto& [name, t] : tensors_) restore_tensor_section(file, prefix_ + name, name, t);
+  // A weight saved in another floating-point dtype is cast (a float32
+  // checkpoint into a bf16-true model, and back).
+  for (auto& [name, t] : tensors_) restore_tensor_section(file, prefix_ + name, name, t, /*convert_floating=*/true);
 }
 
 void RngPart::save(CheckpointSnapshot& snapshot) const {

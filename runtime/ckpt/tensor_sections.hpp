@@ -17,9 +17,10 @@ namespace kiln {
 void add_tensor_section(CheckpointSnapshot& snapshot, const std::string& name, const at::Tensor& tensor);
 
 // Copies section `name` into `target` after checking dtype and shape
-// (`what` names the tensor in messages).
+// (`what` names the tensor in messages). `convert_floating`: a section of
+// another floating-point dtype is cast into `target`, not refused.
 void restore_tensor_section(const CheckpointFile& file, const std::string& name, const std::string& what,
-                            at::Tensor& target);
+                            at::Tensor& target, bool convert_floating = false);
 
 // The tensor a "param/", "buffer/" or other tensor section holds, as a CPU
 // tensor of its own dtype and shape. Throws CheckpointError naming the file

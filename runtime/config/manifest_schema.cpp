@@ -143,7 +143,9 @@ void declare_trainer_output_keys(TableDeclaration<TrainerConfig>& trainer) {
   trainer.key("test_after_fit", &TrainerConfig::test_after_fit, "run the test split at the end of `kiln fit`");
   trainer.key("precision", &TrainerConfig::precision,
               "`32`: float32; `bf16-mixed`: the model's steps under bfloat16 autocast (CPU or CUDA); `16-mixed`: "
-              "float16 autocast with a gradient scaler (CUDA only; the scale is saved in checkpoints)");
+              "float16 autocast with a gradient scaler (CUDA only; the scale is saved in checkpoints); `bf16-true`: "
+              "the model's weights, gradients and activations in bfloat16, the optimizer stepping float32 copies of "
+              "the trained weights (docs/training.md, \"Precision\")");
   trainer.key("max_time", &TrainerConfig::max_time,
               "a time limit for the fit, `HH:MM:SS` or `DD:HH:MM:SS` (Lightning's form); \"\" = none. It stops at "
               "a step boundary all ranks agree on, with a checkpoint when checkpoints are on; a resumed run gets the "

@@ -368,6 +368,12 @@ class Validator {
     check_optimizer_groups();
     check_overfit_batches();
     check_averaging();
+    // The averages would be kept in the model's bfloat16, where an EMA's
+    // small steps round away; float32 averages of the masters are not built.
+    if (m.trainer.precision == Precision::bf16_true && m.averaging.kind != AveragingKind::none)
+      fail(where_key("averaging", "kind") + ": averaging.kind = '" + option_name(m.averaging.kind) +
+           "' is not built for trainer.precision = 'bf16-true' (its averages would be bfloat16, where an average's "
+           "small steps round away): use precision = 'bf16-mixed', or averaging.kind = 'none'");
     if (m.checkpoint.enabled && m.checkpoint.monitor.empty() && m.checkpoint.save_top_k > 1) {
       fail(where_key("checkpoint", "save_top_k") + ": checkpoint.save_top_k = " +
            std::to_string(m.checkpoint.save_top_k) +

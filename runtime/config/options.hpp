@@ -34,8 +34,9 @@ enum class GradientCompression { none, bf16, fp16 };
 // (optim/sharded_step.hpp): everything, or its part of the optimizer's state.
 enum class ShardMode { none, optimizer, gradients };
 // Lightning's names: full float32, bfloat16 autocast, float16 autocast with a
-// gradient scaler.
-enum class Precision { fp32, bf16_mixed, fp16_mixed };
+// gradient scaler, and the model itself in bfloat16 (the optimizer steps
+// float32 copies of its trainable weights: optim/master_weights.hpp).
+enum class Precision { fp32, bf16_mixed, fp16_mixed, bf16_true };
 // What a non-finite training loss or gradient norm does (optim/nonfinite_watch.hpp).
 enum class NonfiniteMode { off, warn, raise };
 // Where the fit's time went (profiling/profiler.hpp): nothing, a table at the
@@ -99,7 +100,7 @@ struct OptionNames<ShardMode> {
 
 template <>
 struct OptionNames<Precision> {
-  static constexpr std::array<const char*, 3> names{"32", "bf16-mixed", "16-mixed"};
+  static constexpr std::array<const char*, 4> names{"32", "bf16-mixed", "16-mixed", "bf16-true"};
 };
 
 template <>

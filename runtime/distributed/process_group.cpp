@@ -377,7 +377,10 @@ void ProcessGroup::broadcast(std::vector<at::Tensor>& tensors, int root) {
     const auto deadline = Clock::now() + timeout_;
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (auto& t : tensors) {
-      std::vector<at::Tensor> one{t};
+      // A broadcast copies bytes: bfloat16 (bf16-true's weights) travels as
+      // float16, its bytes untouched (a broadcast does no arithmetic), which
+      // every Gloo build knows (Debian's 1.13 knows no bfloat16, nor int16).
+      std::vector<at::Tensor> one{t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t};
       works.push_back(group_->broadcast(one, options));
     }
     for (auto& work : works) wait(work, "the broadcast of the initial weights", deadline);

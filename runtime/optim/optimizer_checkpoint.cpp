@@ -2,6 +2,9 @@
 
 #include <stdexcept>
 
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
 #include "ckpt/checkpoint_meta.hpp"
 #include "ckpt/rank_files.hpp"
 #include "ckpt/tensor_sections.hpp"
@@ -17,10 +20,15 @@ const OptimizerEntry& entry_of(const torch::optim::Optimizer& optimizer) {
   return *entry;
 }
 
+at::ScalarType state_dtype(const at::Tensor& param) {
+  const at::ScalarType type = param.scalar_type();
+  return type == at::kBFloat16 || type == at::kHalf ? at::kFloat : type;
+}
+
 bool ParamStateSections::has(const std::string& field) const { return file_.has(prefix_ + field); }
 
 at::Tensor ParamStateSections::tensor(const std::string& field) const {
-  at::Tensor t = at::empty_like(param_);
+  at::Tensor t = at::empty(param_.sizes(), param_.options().dtype(state_dtype(param_)));
   restore_tensor_section(file_, prefix_ + field, prefix_ + field, t);
   return t;
 }
@@ -42,7 +50,7 @@ class RankFilesSections : public ParamStateReader {
     return first && first->has(prefix_ + field);
   }
   at::Tensor tensor(const std::string& field) const override {
-    at::Tensor whole = at::empty_like(param_);
+    at::Tensor whole = at::empty(param_.sizes(), param_.options().dtype(state_dtype(param_)));
     at::Tensor flat = whole.view({-1});
     for (size_t r = 0; r < ranks_.size(); ++r) {
       const ShardLayout::Run run = layout_.owned(index_, static_cast<int64_t>(r));
@@ -98,6 +106,10 @@ void OptimizerPart::save(CheckpointSnapshot& snapshot) const {
       for (const auto& [name, text] : fields.texts) snapshot.add(prefix + name, text);
       for (const auto& [name, tensor] : fields.tensors) add_tensor_section(snapshot, prefix + name, tensor);
     }
+    // Every master, stepped yet or not (SGD without momentum keeps no state).
+    if (model_)
+      for (size_t i = 0; i < trainable_->size(); ++i)
+        add_tensor_section(snapshot, "optim/" + std::to_string(i) + "/" + kMasterField, (*trainable_)[i]);
   }
   if (!groups_.empty()) snapshot.add("optim/groups", groups_);
 }
@@ -127,6 +139,17 @@ void OptimizerPart::load(const CheckpointFile& file) {
   for (size_t i = 0; i < trainable_->size(); ++i) {
     const std::unique_ptr<ParamStateReader> reader = source.reader(i);
     const ParamStateReader& fields = *reader;
+    {
+      at::NoGradGuard no_grad;
+      const at::Tensor& param = (*trainable_)[i];
+      if (fields.has(kMasterField)) {
+        const at::Tensor master = fields.tensor(kMasterField);
+        param.detach().copy_(master);
+        if (model_) (*model_)[i].detach().copy_(master);
+      } else if (model_) {
+        param.detach().copy_((*model_)[i]);
+      }
+    }
     if (fields.has(entry.state_marker)) {
       states[optimizer_state_key((*trainable_)[i])] = entry.load_state(fields);
       continue;

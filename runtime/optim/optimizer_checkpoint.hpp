@@ -2,6 +2,13 @@
 // "optim/<i>/<field>" (the fields its registry entry gives) and the groups
 // as optim/param_groups.hpp describes them ("optim/groups"). A resumed run
 // must have the same optimizer and groups.
+//
+// bf16-true (optim/master_weights.hpp) adds "optim/<i>/master": parameter
+// i's float32 master, which the optimizer steps (the "param/" section holds
+// the model's bfloat16 weight). Where a checkpoint has one it is the
+// parameter's trained value: a bf16-true run takes it as its master, a
+// float32 run as the weight itself; a bf16-true run resuming a checkpoint
+// without one starts its master from the (bfloat16) weight.
 #pragma once
 
 #include <memory>
@@ -24,8 +31,15 @@ class ProcessGroup;
 // did not build.
 const OptimizerEntry& entry_of(const torch::optim::Optimizer& optimizer);
 
+// The field of a parameter's float32 master (bf16-true).
+inline constexpr const char* kMasterField = "master";
+
+// The dtype of a parameter's optimizer state: its own, but float32 for a
+// bfloat16 or float16 parameter (kiln steps those through float32 masters).
+at::ScalarType state_dtype(const at::Tensor& param);
+
 // One parameter's "optim/<i>/" sections of a checkpoint, each shaped like
-// `param`.
+// `param` (typed state_dtype(param)).
 class ParamStateSections : public ParamStateReader {
  public:
   ParamStateSections(const CheckpointFile& file, size_t index, const at::Tensor& param)
@@ -62,8 +76,11 @@ class OptimizerPart : public Stateful {
  public:
   // `trainable`: the optimizer's parameters, in order (nullptr: no state
   // saved or loaded). `groups`: describe_param_groups(), "" for none.
-  OptimizerPart(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>* trainable, const std::string& groups)
-      : optimizer_(optimizer), trainable_(trainable), groups_(groups) {}
+  // `model`: bf16-true's bfloat16 parameters, whose float32 masters
+  // `trainable` is (nullptr: `trainable` is the model's).
+  OptimizerPart(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>* trainable, const std::string& groups,
+                const std::vector<at::Tensor>* model = nullptr)
+      : optimizer_(optimizer), trainable_(trainable), groups_(groups), model_(model) {}
   void save(CheckpointSnapshot& snapshot) const override;
   void check(const CheckpointFile& file) const override;
   void load(const CheckpointFile& file) override;
@@ -72,6 +89,7 @@ class OptimizerPart : public Stateful {
   torch::optim::Optimizer& optimizer_;
   const std::vector<at::Tensor>* trainable_;
   const std::string& groups_;
+  const std::vector<at::Tensor>* model_;
 };
 
 // distributed.shard = "optimizer" (optim/sharded_step.hpp): the same
@@ -82,12 +100,13 @@ class OptimizerPart : public Stateful {
 // load(), on every rank, keeps the elements the rank owns.
 class ShardedOptimizerPart : public Stateful {
  public:
-  // `optimizer` is over `owned` (ShardedStep::owned_views of `trainable`).
+  // `optimizer` is over `owned` (ShardedStep::owned_views of `trainable`,
+  // or with `masters` bf16-true's float32 copies of those elements).
   ShardedOptimizerPart(torch::optim::Optimizer& optimizer, const std::vector<at::Tensor>& owned,
                        const std::vector<at::Tensor>& trainable, const ShardLayout& layout, ProcessGroup* group,
-                       const std::string& groups)
+                       const std::string& groups, bool masters = false)
       : optimizer_(optimizer), owned_(owned), trainable_(trainable), layout_(layout), group_(group),
-        groups_part_(optimizer, nullptr, groups) {}
+        masters_(masters), groups_part_(optimizer, nullptr, groups) {}
   void gather();
   // Rank files: each rank saves its own elements' state (rank_part()) and
   // gather() has nothing to do; this part then saves only the groups.
@@ -103,7 +122,11 @@ class ShardedOptimizerPart : public Stateful {
   const std::vector<at::Tensor>& trainable_;
   const ShardLayout& layout_;
   ProcessGroup* group_;
+  bool masters_;
   OptimizerPart groups_part_;  // "optim/groups" and its check
+  // This rank's fields of parameter i: its optimizer state's (if any) and,
+  // with masters, its master's elements.
+  std::optional<ParamStateFields> own_fields(size_t i) const;
   // This rank's elements' state, as its rank file holds it: each parameter's
   // run as a 1-D tensor per field ("optim/<i>/<field>"), none for an empty run.
   class OwnedStatePart : public Stateful {

@@ -3,6 +3,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include "plugin/host_objects.hpp"
+
 namespace kiln {
 
 namespace {
@@ -38,7 +40,7 @@ void set_autocast_dtype(c10::DeviceType type, at::ScalarType dtype) {
 }  // namespace
 
 AutocastScope::AutocastScope(Precision precision, c10::Device device) : type_(device.type()) {
-  if (precision == Precision::fp32) return;
+  if (precision == Precision::fp32 || precision == Precision::bf16_true) return;
   active_ = true;
   was_enabled_ = autocast_enabled(type_);
   was_dtype_ = autocast_dtype(type_);
@@ -69,6 +71,28 @@ void AutocastSteps::evaluation_step(kiln_split split, kiln_batch& batch, int64_t
 at::Tensor AutocastSteps::predict_step(kiln_batch& batch, int64_t batch_index) {
   AutocastScope autocast(precision_, device_);
   return inner_.predict_step(batch, batch_index);
+}
+
+void floating_to_bf16(kiln_batch& batch) {
+  for (auto& [name, tensor] : batch.tensors)
+    if (tensor.defined() && at::isFloatingType(tensor.scalar_type()) && tensor.scalar_type() != at::kBFloat16)
+      tensor = tensor.to(at::kBFloat16);
+}
+
+at::Tensor TrueBf16Steps::training_step(kiln_batch& batch, int64_t batch_index) {
+  floating_to_bf16(batch);
+  return inner_.training_step(batch, batch_index);
+}
+
+void TrueBf16Steps::evaluation_step(kiln_split split, kiln_batch& batch, int64_t batch_index) {
+  floating_to_bf16(batch);
+  inner_.evaluation_step(split, batch, batch_index);
+}
+
+at::Tensor TrueBf16Steps::predict_step(kiln_batch& batch, int64_t batch_index) {
+  floating_to_bf16(batch);
+  at::Tensor out = inner_.predict_step(batch, batch_index);
+  return out.defined() && out.scalar_type() == at::kBFloat16 ? out.to(at::kFloat) : out;
 }
 
 void GradScaler::unscale(const std::vector<at::Tensor>& parameters) {

@@ -50,6 +50,26 @@ class AutocastSteps final : public StepModel {
   c10::Device device_;
 };
 
+// Every floating-point tensor of `batch` as bfloat16 (bf16-true's inputs).
+void floating_to_bf16(kiln_batch& batch);
+
+// bf16-true's steps, as Lightning's: every floating-point tensor of a batch
+// becomes bfloat16 before the model's step sees it (the model's weights are
+// bfloat16, and an operator of a float32 input and a bfloat16 weight would
+// refuse the pair); predictions go back as float32, which every writer
+// reads and which holds a bfloat16 value exactly.
+class TrueBf16Steps final : public StepModel {
+ public:
+  explicit TrueBf16Steps(StepModel& inner) : inner_(inner) {}
+  bool has_step(kiln_split split) const override { return inner_.has_step(split); }
+  at::Tensor training_step(kiln_batch& batch, int64_t batch_index) override;
+  void evaluation_step(kiln_split split, kiln_batch& batch, int64_t batch_index) override;
+  at::Tensor predict_step(kiln_batch& batch, int64_t batch_index) override;
+
+ private:
+  StepModel& inner_;
+};
+
 // PyTorch's GradScaler for float16: the loss is multiplied by the scale
 // before backward, the gradients divided by it before clipping and the
 // optimizer step; a step whose gradients hold an inf or NaN is skipped and

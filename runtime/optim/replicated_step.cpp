@@ -5,6 +5,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "distributed/grad_sync.hpp"
+#include "optim/master_weights.hpp"
 #include "optim/nonfinite_watch.hpp"
 #include "optim/precision.hpp"
 #include "profiling/profiler.hpp"
@@ -59,6 +60,7 @@ void ReplicatedStep::step(int64_t global_step) {
     at::AutoDispatchBelowAutograd below_autograd;
     // Under a gradient scaler an inf norm is the scaler's to skip, not a fault.
     NonfiniteWatch* watch = p_.scaler ? nullptr : p_.nonfinite;
+    if (p_.model) gradients_to_masters(*p_.model, p_.trainable);
     if (GradScaler* scaler = p_.scaler) {
       scaler->unscale(p_.trainable);
       clip_gradients(p_.trainable, p_.clipping, {}, watch);
@@ -67,6 +69,7 @@ void ReplicatedStep::step(int64_t global_step) {
       clip_gradients(p_.trainable, p_.clipping, {}, watch);
       p_.optimizer.step();
     }
+    if (p_.model) masters_to_model(p_.trainable, *p_.model);
   }
   clear_gradients();
   if (p_.averaging) p_.averaging->after_step(global_step);
@@ -86,6 +89,9 @@ void ReplicatedStep::step(int64_t global_step) {
 void ReplicatedStep::clear_gradients() {
   for (const auto& p : p_.trainable)
     if (p.grad().defined()) p.mutable_grad().reset();
+  if (p_.model)
+    for (const auto& p : *p_.model)
+      if (p.grad().defined()) p.mutable_grad().reset();
 }
 
 }  // namespace kiln

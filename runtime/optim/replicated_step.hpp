@@ -39,6 +39,9 @@ class ReplicatedStep final : public OptimizerStep {
     NonfiniteWatch* nonfinite = nullptr;   // told the gradients' norm; null: off
     WeightAveraging* averaging = nullptr;  // [averaging]; null: off
     Profiler* profiler = nullptr;          // [profiler]: the all-reduce's waits
+    // bf16-true (optim/master_weights.hpp): the model's bfloat16 parameters,
+    // whose float32 masters `trainable` is; null: `trainable` is the model's.
+    const std::vector<at::Tensor>* model = nullptr;
   };
   explicit ReplicatedStep(Parts parts) : p_(parts) {}
 

@@ -26,8 +26,9 @@ ShardedGradients::ShardedGradients(const std::vector<at::Tensor>& trainable, con
       free_reduced_(free_reduced),
       inverse_world_(1.0 / static_cast<double>(layout.world_size())),
       bucket_of_(trainable.size()) {
+  // float32 whatever the parameters' dtype: bf16-true's masters step these.
   owned_ = at::zeros({layout.shard_size()}, trainable.empty() ? at::TensorOptions(at::kFloat)
-                                                               : trainable[0].options().requires_grad(false));
+                                                               : trainable[0].options().dtype(at::kFloat).requires_grad(false));
   // From the last parameter back, whole parameters, as DDP fills its buckets.
   int64_t cap = kFirstBucketBytes, bytes = 0;
   for (size_t i = params_.size(); i-- > 0;) {
@@ -75,6 +76,12 @@ void ShardedGradients::after_backward() {
   if (!armed_) return;
   // Buckets with a parameter that got no gradient (it contributes zeros).
   while (next_ < buckets_.size()) reduce(buckets_[next_++]);
+  // bf16-true: the mean is a bfloat16 gradient, as the parameter's, rounded
+  // once, as the replicated buckets round it.
+  if (!params_.empty() && params_[0].scalar_type() == at::kBFloat16) {
+    at::NoGradGuard no_grad;
+    owned_.copy_(owned_.to(at::kBFloat16));
+  }
   armed_ = false;
   reduced_ = true;
 }
@@ -94,8 +101,10 @@ void ShardedGradients::reduce(Bucket& bucket) {
       if (hi <= lo) continue;
       at::Tensor into = place.narrow(0, lo - first, hi - lo);
       const at::Tensor& grad = params_[i].grad();
+      // A bfloat16 gradient (bf16-true) is multiplied in float32, as the
+      // replicated buckets' (distributed/grad_sync.cpp).
       if (grad.defined())
-        at::mul_out(into, grad.reshape({-1}).narrow(0, lo - layout_.offset(i), hi - lo), inverse);
+        at::mul_out(into, grad.reshape({-1}).narrow(0, lo - layout_.offset(i), hi - lo).to(at::kFloat), inverse);
       else
         into.zero_();
     }

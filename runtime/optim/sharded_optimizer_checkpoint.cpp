@@ -1,6 +1,8 @@
+#include <algorithm>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include "ckpt/checkpoint_meta.hpp"
 #include "ckpt/tensor_sections.hpp"
@@ -40,33 +42,49 @@ class OwnedFields : public ParamStateReader {
   ShardLayout::Run run_;
 };
 
+bool has_tensor(const ParamStateFields& fields, const std::string& name) {
+  for (const auto& [field, t] : fields.tensors)
+    if (field == name) return true;
+  return false;
+}
+
 }  // namespace
+
+std::optional<ParamStateFields> ShardedOptimizerPart::own_fields(size_t i) const {
+  std::optional<ParamStateFields> out;
+  auto& states = optimizer_.state();
+  auto it = states.find(optimizer_state_key(owned_[i]));
+  // No state: no step taken for this parameter (the same on every rank).
+  if (it != states.end()) out = entry_of(optimizer_).save_state(*it->second);
+  if (masters_) {  // every master, stepped yet or not (SGD without momentum keeps no state)
+    if (!out) out.emplace();
+    out->tensors.emplace_back(kMasterField, owned_[i]);
+  }
+  return out;
+}
 
 void ShardedOptimizerPart::gather() {
   if (rank_files_) return;  // each rank writes its own state
-  const OptimizerEntry& entry = entry_of(optimizer_);
-  auto& states = optimizer_.state();
   std::vector<std::optional<ParamStateFields>> own(owned_.size());
-  std::vector<std::string> names;  // the tensor fields, as the first state with any names them
+  std::vector<std::string> names;  // every tensor field any parameter has, in the order met
   for (size_t i = 0; i < owned_.size(); ++i) {
-    auto it = states.find(optimizer_state_key(owned_[i]));
-    if (it == states.end()) continue;  // no step taken for this parameter (the same on every rank)
-    own[i] = entry.save_state(*it->second);
-    if (names.empty())
-      for (const auto& [name, t] : own[i]->tensors) names.push_back(name);
+    own[i] = own_fields(i);
+    if (!own[i]) continue;
+    for (const auto& [name, t] : own[i]->tensors)
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
   // Only rank 0 writes the checkpoint: the others send and keep nothing.
   const bool keep = layout_.rank() == 0;
   gathered_.assign(owned_.size(), std::nullopt);
   for (size_t i = 0; i < owned_.size(); ++i)
     if (own[i] && keep) gathered_[i] = ParamStateFields{{}, own[i]->texts};
-  const at::TensorOptions options = trainable_[0].options().requires_grad(false);
+  const at::TensorOptions options = trainable_[0].options().dtype(state_dtype(trainable_[0])).requires_grad(false);
   const int64_t shard = layout_.shard_size(), world = layout_.world_size(), rank = layout_.rank();
   for (const std::string& name : names) {
-    // This field of each parameter: rank 0's whole tensors, filled below.
+    // This field of each parameter that has it: rank 0's whole tensors, filled below.
     std::vector<at::Tensor> whole(owned_.size());
     for (size_t i = 0; i < owned_.size(); ++i)
-      if (gathered_[i]) whole[i] = at::zeros(trainable_[i].sizes(), options);
+      if (gathered_[i] && has_tensor(*own[i], name)) whole[i] = at::zeros(trainable_[i].sizes(), options);
     // This rank's owned values of the field, one tensor a parameter (its run).
     std::vector<at::Tensor> mine(owned_.size());
     for (size_t i = 0; i < owned_.size(); ++i)
@@ -95,7 +113,7 @@ void ShardedOptimizerPart::gather() {
         copy_flat(whole, layout_, r * shard + at, every.narrow(0, r * length, length), /*into_params=*/true);
     }
     for (size_t i = 0; i < owned_.size(); ++i)
-      if (gathered_[i]) gathered_[i]->tensors.emplace_back(name, whole[i]);
+      if (whole[i].defined()) gathered_[i]->tensors.emplace_back(name, whole[i]);
   }
 }
 
@@ -112,14 +130,12 @@ void ShardedOptimizerPart::save(CheckpointSnapshot& snapshot) const {
 
 void ShardedOptimizerPart::OwnedStatePart::save(CheckpointSnapshot& snapshot) const {
   const ShardedOptimizerPart& w = whole_;
-  const OptimizerEntry& entry = entry_of(w.optimizer_);
-  auto& states = w.optimizer_.state();
   for (size_t i = 0; i < w.owned_.size(); ++i) {
     if (w.owned_[i].numel() == 0) continue;
-    auto it = states.find(optimizer_state_key(w.owned_[i]));
-    if (it == states.end()) continue;  // no step taken for this parameter (the same on every rank)
+    const std::optional<ParamStateFields> own = w.own_fields(i);
+    if (!own) continue;
     const std::string prefix = "optim/" + std::to_string(i) + "/";
-    const ParamStateFields fields = entry.save_state(*it->second);
+    const ParamStateFields& fields = *own;
     for (const auto& [name, text] : fields.texts) snapshot.add(prefix + name, text);
     for (const auto& [name, tensor] : fields.tensors) add_tensor_section(snapshot, prefix + name, tensor.reshape({-1}));
   }
@@ -133,6 +149,19 @@ void ShardedOptimizerPart::load(const CheckpointFile& file) {
   for (size_t i = 0; i < owned_.size(); ++i) {
     const std::unique_ptr<ParamStateReader> reader = source.reader(i);
     const ParamStateReader& sections = *reader;
+    {
+      at::NoGradGuard no_grad;
+      const ShardLayout::Run run = layout_.owned(i);
+      if (sections.has(kMasterField)) {
+        const at::Tensor master = sections.tensor(kMasterField);
+        if (masters_)
+          owned_[i].detach().copy_(master.view({-1}).narrow(0, run.begin, run.length));
+        else  // a float32 run: the trained value, whole on every rank
+          trainable_[i].detach().copy_(master);
+      } else if (masters_) {
+        owned_[i].detach().copy_(trainable_[i].detach().view({-1}).narrow(0, run.begin, run.length));
+      }
+    }
     if (!sections.has(entry.state_marker)) {
       for (const auto& other : optimizer_registry())
         if (sections.has(other.state_marker))

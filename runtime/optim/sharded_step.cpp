@@ -15,11 +15,12 @@
 namespace kiln {
 
 ShardedStep::ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> owned, const ShardLayout& layout,
-                         ProcessGroup* group, bool free_gradients)
+                         ProcessGroup* group, bool free_gradients, bool masters)
     : p_(whole),
       owned_(std::move(owned)),
       layout_(layout),
       group_(group),
+      masters_(masters),
       gradients_(whole.trainable, layout, group, free_gradients) {}
 
 std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout) {
@@ -118,20 +119,34 @@ void copy_flat(const std::vector<at::Tensor>& params, const ShardLayout& layout,
 
 // In chunks of at most kGatherChunk values a rank, so what the all-gather
 // needs besides the parameters is bounded (Gloo's all-gather stages every
-// rank's chunk in a buffer of its own, then copies it out).
+// rank's chunk in a buffer of its own, then copies it out). The values
+// travel as float32 (the owned elements', or bf16-true's masters, rounded
+// into the parameters as they land).
 void ShardedStep::gather_parameters() {
-  if (!group_ || layout_.world_size() == 1 || owned_.empty()) return;
+  if (owned_.empty()) return;
+  const int64_t world = group_ ? layout_.world_size() : 1;
+  if (world == 1 && !masters_) return;  // the owned views are the parameters
   at::NoGradGuard no_grad;
-  const int64_t shard = layout_.shard_size(), world = layout_.world_size(), rank = layout_.rank();
-  const at::TensorOptions options = p_.trainable[0].options().requires_grad(false);
+  const int64_t shard = layout_.shard_size(), rank = layout_.rank();
+  const at::TensorOptions options = p_.trainable[0].options().dtype(at::kFloat).requires_grad(false);
   for (int64_t at = 0; at < shard; at += kShardGatherChunk) {
     const int64_t length = std::min(kShardGatherChunk, shard - at);
+    // This rank's elements [at, at + length) of its shard, from its owned runs.
     at::Tensor part = at::zeros({length}, options);
-    copy_flat(p_.trainable, layout_, rank * shard + at, part, /*into_params=*/false);
-    at::Tensor every = at::empty({world * length}, options);
-    group_->all_gather(part, every, "its part of the parameters after the optimizer step");
+    for (size_t i = 0; i < owned_.size(); ++i) {
+      const int64_t n = owned_[i].numel();
+      if (n == 0) continue;
+      const int64_t pos = layout_.position_in_shard(i);
+      const int64_t lo = std::max(at, pos), hi = std::min(at + length, pos + n);
+      if (hi > lo) part.narrow(0, lo - at, hi - lo).copy_(owned_[i].narrow(0, lo - pos, hi - lo));
+    }
+    at::Tensor every = part;
+    if (world > 1) {
+      every = at::empty({world * length}, options);
+      group_->all_gather(part, every, "its part of the parameters after the optimizer step");
+    }
     for (int64_t r = 0; r < world; ++r)
-      if (r != rank) copy_flat(p_.trainable, layout_, r * shard + at, every.narrow(0, r * length, length), true);
+      if (r != rank || masters_) copy_flat(p_.trainable, layout_, r * shard + at, every.narrow(0, r * length, length), true);
   }
 }
 

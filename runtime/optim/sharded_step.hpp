@@ -46,9 +46,12 @@ class ShardedStep final : public OptimizerStep {
  public:
   // `whole.optimizer` is the optimizer over `owned` (owned_views of
   // `whole.trainable`; `whole.grad_sync` unused); `group` is null in one
-  // process (one rank owns all). `free_gradients`: ZeRO-2.
+  // process (one rank owns all). `free_gradients`: ZeRO-2. `masters`
+  // (bf16-true): `owned` are float32 copies of the elements
+  // (optim/master_weights.hpp), rounded into every rank's bfloat16
+  // parameters by the gather, this rank's own included.
   ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> owned, const ShardLayout& layout,
-              ProcessGroup* group, bool free_gradients);
+              ProcessGroup* group, bool free_gradients, bool masters = false);
 
   // Views of the elements this rank owns, one per trainable parameter, in
   // order. Throws InputError (one line) for parameters it cannot shard:
@@ -71,6 +74,7 @@ class ShardedStep final : public OptimizerStep {
   std::vector<at::Tensor> owned_;
   const ShardLayout& layout_;
   ProcessGroup* group_;
+  bool masters_;
   ShardedGradients gradients_;
 };
 

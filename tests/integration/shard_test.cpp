@@ -301,5 +301,109 @@ TEST(ShardedCheckpoints, AKillOfAnyRankMidCommitLeavesTheLastCheckpointWhole) {
   EXPECT_FALSE(std::filesystem::exists(dir / "compressed" / "checkpoints"));
 }
 
+
+// trainer.precision = "bf16-true" (optim/master_weights.hpp) in every shard
+// mode: the model's weights are bfloat16, the optimizer steps float32
+// masters, which the checkpoint keeps ("optim/<i>/master"; each weight is
+// its master rounded). The replicated buckets and the sharded
+// reduce-scatter both sum float32 and round the mean once, so the modes
+// keep each other's bits: ZeRO-1 with accumulation at 2 processes, ZeRO-2
+// at 3 (395 values do not divide by 3), each also stopped and resumed (in
+// another mode, or the same) from its checkpoint's masters. A float32
+// evaluation of a bf16-true checkpoint reads its weights as float32, and
+// [averaging] with bf16-true is refused at start.
+std::filesystem::path bf16_manifest(const TempDir& dir, const std::string& name) {
+  return write_run_manifest(
+      dir, {.name = "shard",
+            .run_dir = (dir / name).string(),
+            .run = "seed = 7\nthreads = 1\n",
+            .model = mlp_keys(20, "[13, 7]", 3),
+            .data = synthetic_keys(20, 3, "train_size = 300\nval_size = 60\ntest_size = 0\n"),
+            .trainer = trainer_keys(3, 10,
+                                    "data_workers = 0\nprecision = \"bf16-true\"\ngradient_clip_val = 0.05\n"
+                                    "gradient_clip_algorithm = \"value\"\n"),
+            .optimizer = "name = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n",
+            .extra = "\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decay = 0.0\n\n[checkpoint]\n",
+            .file = name + ".toml"});
+}
+
+void expect_same_bf16(const State& want, const State& got) {
+  ASSERT_FALSE(want.tensors.empty());
+  EXPECT_EQ(want.tensors.size(), got.tensors.size());
+  EXPECT_EQ(want.texts, got.texts);
+  for (const auto& [name, tensor] : want.tensors) {
+    const auto it = got.tensors.find(name);
+    ASSERT_NE(it, got.tensors.end()) << name;
+    EXPECT_TRUE(at::equal(it->second, tensor)) << name << " differs";
+  }
+  // 6 weights in bfloat16, each its float32 master rounded.
+  int weights = 0, masters = 0;
+  for (const auto& [name, tensor] : want.tensors) {
+    if (name.rfind("param/", 0) == 0) {
+      ++weights;
+      EXPECT_EQ(tensor.scalar_type(), at::kBFloat16) << name;
+    }
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, "/master") == 0) {
+      ++masters;
+      EXPECT_EQ(tensor.scalar_type(), at::kFloat) << name;
+      bool rounded = false;
+      for (const auto& [other, weight] : want.tensors)
+        if (other.rfind("param/", 0) == 0 && weight.numel() == tensor.numel())
+          rounded = rounded || at::equal(weight, tensor.to(at::kBFloat16));
+      EXPECT_TRUE(rounded) << name << " rounded is none of the weights";
+    }
+  }
+  EXPECT_EQ(weights, 6);
+  EXPECT_EQ(masters, 6);
+  EXPECT_EQ(want.tensors.count("optim/0/exp_avg"), 1u);
+}
+
+TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
+  TempDir dir;
+  auto fit = [&](const std::string& name, std::vector<std::string> args) {
+    const ProcessResult r = kiln_fit(bf16_manifest(dir, name), args);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    return r;
+  };
+  const std::vector<std::string> accumulate{"-n", "2", "--set", "trainer.accumulate_grad_batches=2"};
+  const ProcessResult replicated = fit("replicated", accumulate);
+  EXPECT_NE(replicated.output.find("precision bf16-true"), std::string::npos) << replicated.output;
+  const ProcessResult zero1 = fit("zero1", with_shard(accumulate, "optimizer"));
+  EXPECT_NE(zero1.output.find("holds the optimizer's state and float32 master weights for 198 of the 395"),
+            std::string::npos)
+      << zero1.output;
+  expect_same_bf16(trained_state(dir / "replicated"), trained_state(dir / "zero1"));
+
+  // Stopped at step 9 and resumed in another mode, each way: the masters
+  // come back from the checkpoint (a replicated one; rank files).
+  auto resumed = [&](const std::string& name, std::vector<std::string> args, const char* first, const char* second) {
+    std::vector<std::string> stop = with_shard(args, first), go_on = with_shard(args, second);
+    stop.insert(stop.end(), {"--set", "trainer.max_steps=9"});
+    go_on.insert(go_on.end(), {"--resume", "last"});
+    fit(name, stop);
+    fit(name, go_on);
+    return trained_state(dir / name);
+  };
+  expect_same_bf16(trained_state(dir / "replicated"), resumed("zero1_then_replicated", accumulate, "optimizer", "none"));
+  // ZeRO-2 at 3 processes (no accumulation: it reduces every micro-batch).
+  const std::vector<std::string> three{"-n", "3", "--set", "trainer.accumulate_grad_batches=1"};
+  fit("replicated3", three);
+  expect_same_bf16(trained_state(dir / "replicated3"), resumed("zero2", three, "gradients", "gradients"));
+
+  // Evaluated in float32: the bfloat16 weights read as float32, exactly.
+  const ProcessResult validated =
+      kiln({"validate", bf16_manifest(dir, "replicated3").string(), "--ckpt",
+            (dir / "replicated3" / "checkpoints" / "last.ckpt").string(), "--set", "trainer.precision=\"32\""});
+  EXPECT_EQ(validated.exit_code, 0) << validated.output;
+  EXPECT_NE(validated.output.find("precision 32"), std::string::npos) << validated.output;
+
+  const ProcessResult averaged = kiln_fit(bf16_manifest(dir, "averaged"), {"--set", "averaging.kind=\"ema\""});
+  EXPECT_EQ(averaged.exit_code, 2) << averaged.output;
+  EXPECT_NE(averaged.output.find("averaging.kind = 'ema' is not built for trainer.precision = 'bf16-true'"),
+            std::string::npos)
+      << averaged.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "averaged"));
+}
+
 }  // namespace
 }  // namespace kiln::test

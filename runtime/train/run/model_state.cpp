@@ -8,13 +8,17 @@
 
 namespace kiln {
 
-void collect_model_state(ModelProxy& model, c10::Device device, Command command, TrainingState& state) {
+void collect_model_state(ModelProxy& model, c10::Device device, Command command, TrainingState& state, bool bf16) {
   ModelProxy::Tensors tensors = model.parameters();
   if (tensors.params.empty() && command == Command::fit)
     throw HookError(model.id(), "model", "parameters", "the model has no parameters to train");
+  // set_data: the plugin holds the same tensors, and sees them moved and cast.
   for (auto* list : {&tensors.params, &tensors.buffers})
-    for (auto& [name, tensor] : *list)
+    for (auto& [name, tensor] : *list) {
       if (tensor.device() != device) tensor.set_data(tensor.to(device));
+      if (bf16 && at::isFloatingType(tensor.scalar_type()) && tensor.scalar_type() != at::kBFloat16)
+        tensor.set_data(tensor.to(at::kBFloat16));
+    }
   state.params = std::move(tensors.params);
   state.buffers = std::move(tensors.buffers);
   state.trainable.clear();

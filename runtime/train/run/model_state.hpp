@@ -13,7 +13,11 @@ namespace kiln {
 class ModelProxy;
 
 // Fills `state`'s params, buffers and trainable lists from `model`. Throws
-// HookError for a fit of a model without parameters.
-void collect_model_state(ModelProxy& model, c10::Device device, Command command, TrainingState& state);
+// HookError for a fit of a model without parameters. `bf16`
+// (trainer.precision = "bf16-true"): every floating-point parameter and
+// buffer, frozen ones too, becomes bfloat16 in place, as Lightning's
+// module.to(torch.bfloat16).
+void collect_model_state(ModelProxy& model, c10::Device device, Command command, TrainingState& state,
+                         bool bf16 = false);
 
 }  // namespace kiln

@@ -42,16 +42,19 @@ RunCheckpoints::RunCheckpoints(const Manifest& manifest, const RunSettings& sett
   registry.add("metrics", metrics_part_, load_priority::run);
 }
 
-void RunCheckpoints::register_optimizer() {
+void RunCheckpoints::register_optimizer(const std::vector<at::Tensor>* masters) {
   TrainingState& s = parts_.state;
-  optimizer_part_.emplace(*s.optimizer, &s.trainable, s.optimizer_groups);
+  if (masters)
+    optimizer_part_.emplace(*s.optimizer, masters, s.optimizer_groups, &s.trainable);
+  else
+    optimizer_part_.emplace(*s.optimizer, &s.trainable, s.optimizer_groups);
   parts_.checkpointer.parts().replace("optim", *optimizer_part_, load_priority::model);
 }
 
 void RunCheckpoints::register_sharded_optimizer(const std::vector<at::Tensor>& owned, const ShardLayout& layout,
-                                                ProcessGroup* group) {
+                                                ProcessGroup* group, bool masters) {
   TrainingState& s = parts_.state;
-  sharded_optimizer_part_.emplace(*s.optimizer, owned, s.trainable, layout, group, s.optimizer_groups);
+  sharded_optimizer_part_.emplace(*s.optimizer, owned, s.trainable, layout, group, s.optimizer_groups, masters);
   parts_.checkpointer.parts().replace("optim", *sharded_optimizer_part_, load_priority::model);
   if (group && group->world_size() > 1 && group->one_host()) {
     // Each rank writes its own share, in parallel, beside rank 0's file

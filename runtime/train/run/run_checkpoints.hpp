@@ -65,12 +65,15 @@ class RunCheckpoints {
                  c10::Device device, Parts parts);
 
   // Fit's optimizer, once made: its state and groups join the checkpoint.
-  void register_optimizer();
+  // `masters`: bf16-true's float32 copies of the trainable weights, which
+  // the optimizer steps (null: it steps the model's).
+  void register_optimizer(const std::vector<at::Tensor>* masters = nullptr);
   // The same for an optimizer over `owned` elements only (distributed.shard
   // = "optimizer"): the checkpoint holds the whole state, gathered on
-  // rank 0 at each commit.
+  // rank 0 at each commit. `masters`: `owned` are bf16-true's float32
+  // copies of the elements, not views of them.
   void register_sharded_optimizer(const std::vector<at::Tensor>& owned, const ShardLayout& layout,
-                                  ProcessGroup* group);
+                                  ProcessGroup* group, bool masters = false);
 
   // Brings what the parts save up to a checkpoint at `position` (rank 0,
   // before the checkpointer saves them); returns the monitored value.

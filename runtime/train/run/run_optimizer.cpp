@@ -4,6 +4,7 @@
 
 #include "distributed/grad_sync.hpp"
 #include "distributed/process_group.hpp"
+#include "optim/master_weights.hpp"
 #include "optim/optim.hpp"
 #include "optim/replicated_step.hpp"
 #include "optim/sharded_step.hpp"
@@ -19,9 +20,11 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
     throw InputError("distributed.gradient_compression is for the replicated all-reduce; distributed.shard = \"" +
                      std::string(option_name(shard)) +
                      "\" reduce-scatters float32 gradients (set one of them to \"none\")");
+  const bool masters = m_.trainer.precision == Precision::bf16_true;
   if (shard == ShardMode::none) {
-    state_.optimizer = make_optimizer(m_.optimizer, groups, state_.trainable);
-    checkpoints.register_optimizer();
+    if (masters) masters_ = whole_masters(state_.trainable);
+    state_.optimizer = make_optimizer(m_.optimizer, groups, masters ? masters_ : state_.trainable);
+    checkpoints.register_optimizer(masters ? &masters_ : nullptr);
     return;
   }
   // ZeRO-1/2: the optimizer over the elements this rank owns, every rank's
@@ -29,14 +32,16 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
   std::vector<int64_t> numels;
   for (const auto& p : state_.trainable) numels.push_back(p.numel());
   shard_layout_.emplace(std::move(numels), world_size, rank);
-  owned_ = ShardedStep::owned_views(state_.trainable, *shard_layout_);
+  owned_ = masters ? owned_masters(state_.trainable, *shard_layout_)
+                  : ShardedStep::owned_views(state_.trainable, *shard_layout_);
   state_.optimizer = make_optimizer(m_.optimizer, groups, owned_);
-  checkpoints.register_sharded_optimizer(owned_, *shard_layout_, group_);
+  checkpoints.register_sharded_optimizer(owned_, *shard_layout_, group_, masters);
   int64_t elements = 0;
   for (const auto& v : owned_) elements += v.numel();
-  spdlog::info("distributed.shard = {}: rank {} holds the optimizer's state{} for {} of the {} trained "
+  spdlog::info("distributed.shard = {}: rank {} holds the optimizer's state{}{} for {} of the {} trained "
                "values ({} per rank with padding; replicated: all {})",
-               option_name(shard), rank, shard == ShardMode::gradients ? " and reduced gradients" : "", elements,
+               option_name(shard), rank, shard == ShardMode::gradients ? " and reduced gradients" : "",
+               masters ? " and float32 master weights" : "", elements,
                shard_layout_->total(), shard_layout_->shard_size(), shard_layout_->total());
   if (group_ && group_->reduce_scatter_is_all_reduce())
     spdlog::info("distributed.shard: the ranks are not all on one host sharing memory, and {}'s reduce-scatter "
@@ -51,13 +56,18 @@ std::unique_ptr<OptimizerStep> RunOptimizer::step(GradScaler* scaler, NonfiniteW
   if (group_ && !shard_layout_ && !grad_sync_)  // a sharded step reduce-scatters the gradients itself
     grad_sync_ = std::make_unique<GradSync>(*group_, state_.trainable, state_.trainable_names,
                                             m_.distributed.gradient_compression);
-  const ReplicatedStep::Parts parts{
-      *state_.optimizer, state_.trainable,
+  const bool masters = m_.trainer.precision == Precision::bf16_true;
+  // A replicated step's optimizer steps the whole masters; a sharded one's
+  // its own (owned_), the model's parameters filled by the gather.
+  const bool whole_masters = masters && !shard_layout_;
+  ReplicatedStep::Parts parts{
+      *state_.optimizer, whole_masters ? masters_ : state_.trainable,
       GradientClipping{m_.trainer.gradient_clip_val, m_.trainer.gradient_clip_algorithm == GradientClipAlgorithm::value},
       grad_sync_.get(), scaler, nonfinite, averaging, profiler};
+  if (whole_masters) parts.model = &state_.trainable;
   if (shard_layout_)
     return std::make_unique<ShardedStep>(parts, owned_, *shard_layout_, group_,
-                                         m_.distributed.shard == ShardMode::gradients);
+                                         m_.distributed.shard == ShardMode::gradients, masters);
   return std::make_unique<ReplicatedStep>(parts);
 }
 

@@ -49,7 +49,8 @@ class RunOptimizer {
   ProcessGroup* group_;
   std::unique_ptr<GradSync> grad_sync_;
   std::optional<ShardLayout> shard_layout_;  // distributed.shard != none
-  std::vector<at::Tensor> owned_;            // its views of this rank's elements
+  std::vector<at::Tensor> owned_;            // its views of this rank's elements (bf16-true: float32 copies)
+  std::vector<at::Tensor> masters_;          // bf16-true, replicated: float32 copies of the trainable weights
 };
 
 }  // namespace kiln

@@ -112,6 +112,7 @@ class Run {
     if (collections_) collections_->attach(nullptr, nullptr);  // the proxies go first
     callbacks_.reset();
     autocast_steps_.reset();
+    bf16_steps_.reset();
     model_.reset();
     session_.reset();
     return outcome;
@@ -198,7 +199,7 @@ class Run {
     phase(command_name(command_));
     spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s", seconds_since_start());
     wire_loops();
-    collect_model_state(*model_, device_, command_, state_);
+    collect_model_state(*model_, device_, command_, state_, m_.trainer.precision == Precision::bf16_true);
     check_batches();
     if (m_.averaging.kind != AveragingKind::none) {
       averaging_.emplace(m_.averaging, settings_.max_epochs, state_.params, state_.buffers);
@@ -243,7 +244,10 @@ class Run {
     }
     // Mixed precision: the model's steps under autocast; the plugin is unchanged.
     StepModel* steps = &*model_;
-    if (m_.trainer.precision != Precision::fp32) steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
+    if (m_.trainer.precision == Precision::bf16_true)
+      steps = &bf16_steps_.emplace(*model_);
+    else if (m_.trainer.precision != Precision::fp32)
+      steps = &autocast_steps_.emplace(*model_, m_.trainer.precision, device_);
     context_.reset(new LoopContext{*steps, *batches_, events_, *metrics_, progress_, *control_});
     context_->activity = activity_;
     context_->profiler = profiler_.get();
@@ -279,6 +283,7 @@ class Run {
     }
     for (kiln_split split : splits_used()) {
       BatchPtr sample = batches_->sample(split, 2);
+      if (sample && m_.trainer.precision == Precision::bf16_true) floating_to_bf16(*sample);  // as the steps see it
       if (sample) model_->check_batch(split, *sample);
     }
   }
@@ -454,6 +459,7 @@ class Run {
   std::optional<Session> session_;
   std::optional<ModelProxy> model_;
   std::optional<AutocastSteps> autocast_steps_;  // mixed precision: model_ under autocast
+  std::optional<TrueBf16Steps> bf16_steps_;      // bf16-true: model_ given bfloat16 batches
   std::optional<CallbackSet> callbacks_;
   std::optional<SampledBatches> batches_;
   std::unique_ptr<LoopContext> context_;

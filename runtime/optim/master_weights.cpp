@@ -1,0 +1,64 @@
+#include "optim/master_weights.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include "util/errors.hpp"
+
+namespace kiln {
+
+namespace {
+
+// A leaf the optimizer may hold: LibTorch's optimizers step any tensor
+// with a gradient, but a leaf that requires one is what they are given.
+at::Tensor leaf(at::Tensor t) {
+  t.set_requires_grad(true);
+  return t;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> whole_masters(const std::vector<at::Tensor>& model) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> out;
+  out.reserve(model.size());
+  for (const auto& p : model) out.push_back(leaf(p.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true)));
+  return out;
+}
+
+std::vector<at::Tensor> owned_masters(const std::vector<at::Tensor>& model, const ShardLayout& layout) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> out;
+  out.reserve(model.size());
+  for (size_t i = 0; i < model.size(); ++i) {
+    const at::Tensor& p = model[i];
+    if (!p.is_contiguous() || p.device() != model[0].device())
+      throw InputError("distributed.shard shards contiguous parameters on one device; parameter " + std::to_string(i) +
+                       " is on " + p.device().str() + (p.is_contiguous() ? "" : ", not contiguous") +
+                       " (use distributed.shard = \"none\")");
+    const ShardLayout::Run run = layout.owned(i);
+    out.push_back(leaf(p.detach().view({-1}).narrow(0, run.begin, run.length).to(at::kFloat, false, true)));
+  }
+  return out;
+}
+
+void gradients_to_masters(const std::vector<at::Tensor>& model, const std::vector<at::Tensor>& masters) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < model.size(); ++i) {
+    const at::Tensor& grad = model[i].grad();
+    at::Tensor master = masters[i];
+    if (grad.defined()) {
+      master.mutable_grad() = grad.to(at::kFloat);
+      model[i].mutable_grad().reset();
+    } else if (master.grad().defined()) {
+      master.mutable_grad().reset();
+    }
+  }
+}
+
+void masters_to_model(const std::vector<at::Tensor>& masters, const std::vector<at::Tensor>& model) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < model.size(); ++i) model[i].detach().copy_(masters[i]);
+}
+
+}  // namespace kiln
