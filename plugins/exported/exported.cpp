@@ -37,6 +37,7 @@
 #include <fnmatch.h>
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -173,6 +174,11 @@ class Exported final : public kiln_plugins::Classifier {
           throw kiln::ConfigError("'inputs' renames '" + key + "', which is not an input of '" + path_ +
                                   "' (its inputs: " + name_list(bound_.at("train").inputs) + ")");
       had_checkpointing_ = programs.at("train").had_checkpointing;
+      for (const auto& [fqn, weight] : programs.at("train").weights)
+        if (at::isFloatingType(weight.value.scalar_type())) {
+          exported_dtype_ = weight.value.scalar_type();
+          break;
+        }
     } catch (const kiln_exported::Pt2Error& e) {
       throw kiln::InvalidInput(e.what());
     }
@@ -278,6 +284,13 @@ class Exported final : public kiln_plugins::Classifier {
       for (int64_t d : inputs[i].sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
       shapes += (shapes.empty() ? "" : ", ") + e.batch[i] + " [" + shape + "] " + c10::toString(inputs[i].scalar_type());
     }
+    // A program traced in float32 records float32 casts (an RMSNorm's
+    // .to(input_dtype)), which bfloat16 weights then meet.
+    const at::ScalarType now = params.empty() ? at::kFloat : params[0].scalar_type();
+    if (exported_dtype_ && *exported_dtype_ != now && at::isFloatingType(now))
+      refused += std::string("; the program was exported in ") + c10::toString(*exported_dtype_) + " and runs in " +
+                 c10::toString(now) + " here (trainer.precision): export the model in that dtype (model.to(torch." +
+                 (now == at::kBFloat16 ? "bfloat16" : "float16") + ") before kiln_export.export)";
     throw kiln::InvalidInput("the model does not fit the data module's batches (" + shapes + "): " + refused);
   }
 
@@ -406,6 +419,9 @@ class Exported final : public kiln_plugins::Classifier {
   std::string output_;       // what predictions and the manifest's loss read ("" : none)
   std::string target_;
   bool had_checkpointing_ = false;
+  // The dtype its floating-point weights were exported in (the host may
+  // have cast them since: trainer.precision = "bf16-true").
+  std::optional<at::ScalarType> exported_dtype_;
   torch::nn::Module net_{"Exported"};
   std::map<std::string, Bound> bound_;
 };

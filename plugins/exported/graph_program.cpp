@@ -1012,12 +1012,24 @@ std::vector<at::Tensor> GraphProgram::run(const std::vector<at::Tensor>& inputs)
     for (const auto& [slot, t] : m.constants) m.constants_on_device.emplace_back(slot, t.to(device));
   }
   for (const auto& [slot, t] : m.constants_on_device) values[slot] = t;
-  for (const at::Tensor& t : m.follow_inputs)
-    if (t.device() != device) {
+  // Non-persistent buffers follow the module's floating-point dtype too,
+  // as module.to(torch.bfloat16) casts them (kiln's bf16-true casts the
+  // parameters and buffers it holds, not these): a rotary embedding's
+  // inv_freq in float32 would turn a bfloat16 attention into float32.
+  std::optional<at::ScalarType> floating;  // set only for a bfloat16 or float16 module
+  for (const auto& [slot, tensor] : m.bound)
+    if (at::isFloatingType(tensor.scalar_type())) {
+      if (tensor.scalar_type() == at::kBFloat16 || tensor.scalar_type() == at::kHalf) floating = tensor.scalar_type();
+      break;
+    }
+  for (const at::Tensor& t : m.follow_inputs) {
+    const bool recast = floating && at::isFloatingType(t.scalar_type()) && t.scalar_type() != *floating;
+    if (t.device() != device || recast) {
       at::NoGradGuard no_grad;
       at::Tensor shared = t;  // the same tensor every program of the module binds
-      shared.set_data(t.to(device));
+      shared.set_data(t.to(device, recast ? *floating : t.scalar_type()));
     }
+  }
   std::optional<RegionModes> regions;
   if (m.has_regions) regions.emplace(device.type());
   torch::jit::Stack stack;

@@ -282,6 +282,128 @@ TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
   EXPECT_GT(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), 0) << fit.output;
 }
 
+// trainer.precision = "bf16-true" on the same decoder with a frozen part
+// (the position embedding and the first block exported with
+// requires_grad false): an eager PyTorch loop doing what kiln documents
+// (module.to(torch.bfloat16), float32 masters of the trained weights that
+// SGD with momentum steps, each weight its master rounded) gives the same
+// 20 losses and, to the bit, the same weights, which `kiln export` writes
+// as bfloat16, frozen ones too: the model's bytes halve (the summary says
+// so).
+const char* kGptBf16 = R"PY(
+import sys, torch
+from torch import nn
+from torch.nn import functional as F
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+
+V, T, D, H = 256, 32, 32, 2
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
+        q, k, v = (z.view(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, D))
+        return x + self.mlp(self.ln2(x))
+
+class Gpt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.ln = nn.LayerNorm(D)
+        self.pos.weight.requires_grad_(False)
+        self.blocks[0].requires_grad_(False)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln(x), self.tok.weight)
+
+dir, what = sys.argv[2], sys.argv[3]
+text = (b"In the beginning was the word, and the word was with kiln. " * 40)
+if what == "export":
+    open(dir + "/tokens.txt", "wb").write(text)
+    torch.manual_seed(0)
+    model = Gpt()
+    torch.save(model.state_dict(), dir + "/init.pt")
+    kiln_export.export(model, torch.zeros(2, T, dtype=torch.long), dir + "/model.pt2")
+elif what == "eager":
+    torch.set_num_threads(1)
+    model = Gpt()
+    model.load_state_dict(torch.load(dir + "/init.pt"))
+    model = model.to(torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    masters = [p.detach().float().requires_grad_() for p in params]
+    opt = torch.optim.SGD(masters, lr=0.1, momentum=0.9)
+    tokens = torch.tensor(list(text), dtype=torch.long)
+    for epoch in range(2):
+        for b in range(10):
+            x = torch.stack([tokens[i:i + T] for i in range(8 * b, 8 * b + 8)])
+            y = torch.stack([tokens[i + 1:i + T + 1] for i in range(8 * b, 8 * b + 8)])
+            loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
+            loss.backward()
+            for m, p in zip(masters, params):
+                m.grad, p.grad = p.grad.float(), None
+            opt.step()
+            with torch.no_grad():
+                for m, p in zip(masters, params):
+                    p.copy_(m)
+            print("loss", repr(loss.item()))
+    torch.save(model.state_dict(), dir + "/eager.pt")
+else:  # compare kiln's exported weights with the eager loop's
+    from safetensors.torch import load_file
+    kiln, eager = load_file(dir + "/kiln.safetensors"), torch.load(dir + "/eager.pt")
+    assert set(kiln) == set(eager), (sorted(kiln), sorted(eager))
+    print("dtypes", sorted({str(t.dtype) for t in kiln.values()}))
+    print("max_abs_diff", max((kiln[k].float() - eager[k].float()).abs().max().item() for k in kiln))
+)PY";
+
+TEST(Exported, AGptDecoderInBf16TrueWithAFrozenPartTrainsAsEagerPyTorchWithFloat32Masters) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  auto run_python = [&](const char* what) { return run_script(dir, "gpt_bf16.py", kGptBf16, {what}); };
+  const ProcessResult exported = run_python("export");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  write_run_manifest(dir, {.name = "gpt",
+                           .run = "seed = 0\nthreads = 1\n",
+                           .model = exported_keys(dir, "model.pt2"),
+                           .data = "path = \"kiln_token_stream\"\nfile = \"" + (dir / "tokens.txt").string() +
+                                   "\"\nblock_size = 32\nval_fraction = 0.1\n",
+                           .trainer = trainer_keys(2, 8, kInOrder + "limit_train_batches = 10\nprecision = \"bf16-true\"\n"),
+                           .optimizer = "name = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n",
+                           .extra = kCsvAndJsonl + "\n[checkpoint]\n"});
+  const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  // 34,688 values, 13,728 of them frozen, at 2 bytes each (float32: 0.132 MiB).
+  EXPECT_NE(fit.output.find("14 K      Non-trainable params"), std::string::npos) << fit.output;
+  EXPECT_NE(fit.output.find("0.066     Total estimated model params size (MiB)"), std::string::npos) << fit.output;
+  const ProcessResult eager = run_python("eager");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl"), want = printed(eager.output, "loss");
+  ASSERT_EQ(want.size(), 20u) << eager.output;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
+  const ProcessResult exported_weights =
+      kiln({"export", (dir / "run" / "checkpoints" / "last.ckpt").string(), "-o", (dir / "kiln.safetensors").string()});
+  ASSERT_EQ(exported_weights.exit_code, 0) << exported_weights.output;
+  const ProcessResult compared = run_python("compare");
+  ASSERT_EQ(compared.exit_code, 0) << compared.output;
+  EXPECT_NE(compared.output.find("dtypes ['torch.bfloat16']"), std::string::npos) << compared.output;
+  const std::vector<double> diff = printed(compared.output, "max_abs_diff");
+  ASSERT_EQ(diff.size(), 1u) << compared.output;
+  EXPECT_EQ(diff[0], 0.0) << compared.output;
+}
+
 // torchvision's resnet18 (3 classes), exported and trained on an image
 // folder (PNG, so that kiln's decode is PIL's to the bit): its 20 steps'
 // losses are an eager loop's over torchvision's ImageFolder in the same

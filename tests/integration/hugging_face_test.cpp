@@ -103,6 +103,40 @@ if what == "export":
         kiln_export.export(model, data(4, 3, model_kind), dir + "/checkpointed.pt2")
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print("trainable", trainable, "total", sum(p.numel() for p in model.parameters()))
+elif what == "export_bf16":  # the model in bfloat16, as a bf16-true fine-tune exports it
+    model = make(model_kind).to(torch.bfloat16)
+    torch.save(model.state_dict(), dir + "/init.pt")
+    save_file(data(160, 1, model_kind), dir + "/train.safetensors")
+    save_file(data(16, 2, model_kind), dir + "/test.safetensors")
+    kiln_export.export(model, data(4, 3, model_kind), dir + "/model.pt2")
+elif what == "eager_bf16":  # bf16-true as docs/training.md says: float32 masters of the trained weights
+    torch.set_num_threads(1)
+    model = make(model_kind).to(torch.bfloat16)
+    model.load_state_dict(torch.load(dir + "/init.pt"))
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    masters = [p.detach().float().requires_grad_() for p in params]
+    opt = torch.optim.SGD(masters, lr=0.1)
+    batches = data(160, 1, model_kind)
+    for i in range(0, 160, 8):
+        loss = model(**{k: v[i:i + 8] for k, v in batches.items()}).loss
+        loss.backward()
+        for m, p in zip(masters, params):
+            m.grad, p.grad = p.grad.float(), None
+        opt.step()
+        with torch.no_grad():
+            for m, p in zip(masters, params):
+                p.copy_(m)
+        print("loss", repr(loss.item()))
+    torch.save(model.state_dict(), dir + "/eager.pt")
+elif what == "compare_bf16":  # kiln's exported weights against the eager loop's and the initial ones
+    kiln, eager, init = load_file(dir + "/kiln.safetensors"), torch.load(dir + "/eager.pt"), torch.load(dir + "/init.pt")
+    assert set(kiln) == set(eager), (sorted(kiln), sorted(eager))
+    model = make(model_kind)
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    print("dtypes", sorted({str(t.dtype) for t in kiln.values()}))
+    print("frozen", len(frozen), "moved", sum(not torch.equal(kiln[n], init[n]) for n in frozen))
+    print("max_abs_diff", max((kiln[k].float() - eager[k].float()).abs().max().item() for k in kiln))
 elif what == "eager":
     torch.set_num_threads(1)
     model = make(model_kind)
@@ -287,6 +321,52 @@ TEST(HuggingFace, ALoraAdapterTrainsItsWeightsOnlyMergesAndResumesBitwise) {
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_EQ(step_losses(resumed / "run" / "metrics.jsonl"), losses);
   EXPECT_TRUE(same_parameters(dir / "run", resumed / "run"));
+}
+
+// A LoRA fine-tune in trainer.precision = "bf16-true": the Llama exported in
+// bfloat16 (exported in float32, it is refused: its recorded casts would
+// meet bfloat16 weights), its base frozen and stored in bfloat16, the adapter
+// stepped through float32 masters. An eager loop doing what
+// docs/training.md says (model.to(torch.bfloat16), masters, SGD,
+// p.copy_(master)) gives the same 20 losses and, to the bit, the same
+// weights; the base is bitwise its initial bfloat16 weights.
+TEST(HuggingFace, ALoraAdapterInBf16TrueTrainsAsEagerWithFloat32MastersOverAFrozenBfloat16Base) {
+  TempDir dir;
+  KILN_REQUIRE_TRANSFORMERS(dir);
+  const ProcessResult exported = models(dir, "lora", "export_bf16");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const ProcessResult fit = kiln_fit(hf_manifest(dir, "", "precision = \"bf16-true\"\n"), {}, kTimeout);
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const ProcessResult eager = models(dir, "lora", "eager_bf16");
+  ASSERT_EQ(eager.exit_code, 0) << eager.output;
+  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl"), want = printed(eager.output, "loss");
+  ASSERT_EQ(want.size(), 20u) << eager.output;
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
+  const ProcessResult weights = kiln({"export", (dir / "run" / "checkpoints" / "last.ckpt").string(), "-o",
+                                      (dir / "kiln.safetensors").string()});
+  ASSERT_EQ(weights.exit_code, 0) << weights.output;
+  const ProcessResult compared = models(dir, "lora", "compare_bf16");
+  ASSERT_EQ(compared.exit_code, 0) << compared.output;
+  EXPECT_NE(compared.output.find("dtypes ['torch.bfloat16']"), std::string::npos) << compared.output;
+  EXPECT_NE(compared.output.find(" moved 0"), std::string::npos) << compared.output;
+  EXPECT_EQ(compared.output.find("frozen 0 "), std::string::npos) << compared.output;
+  const std::vector<double> diff = printed(compared.output, "max_abs_diff");
+  ASSERT_EQ(diff.size(), 1u) << compared.output;
+  EXPECT_EQ(diff[0], 0.0) << compared.output;
+
+  // Exported in float32 instead: its RMSNorm's recorded float32 cast meets
+  // the bfloat16 weights; refused before anything is written, saying what to do.
+  TempDir in_float32;
+  const ProcessResult exported32 = models(in_float32, "lora", "export");
+  ASSERT_EQ(exported32.exit_code, 0) << exported32.output;
+  const ProcessResult refused = kiln_fit(hf_manifest(in_float32, "", "precision = \"bf16-true\"\n"), {}, kTimeout);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("the program was exported in Float and runs in BFloat16 here (trainer.precision): "
+                                "export the model in that dtype (model.to(torch.bfloat16) before kiln_export.export)"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(in_float32 / "run"));
 }
 
 // A module with a torch.no_grad() region, a torch.autocast(enabled=False)
