@@ -165,7 +165,7 @@ export_sanitizer_options() {
 # tests whose subject is kiln's own logic -- bad input, signals, kills,
 # locks, restarts, reports -- behave the same with either LibTorch: Debian's
 # variant runs them, the wheel's does not.
-KILN_LOGIC_ONLY='^integration\.(Resume/EveryStop|BatchCheck|OpenMpi|Slurm|Processes/Shard|ShardedCheckpoints|Readme|ArraysRefuse|CsvRefuse|ImageFolder/ImageFolderRefuse|ImageFolderDamaged|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Cli|Restart|Resume|ResumeAuto|Logging|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|EachDefect/LoaderRefuses|BadCheckpoint|Collect/Misuses|StartupAgreement|ValCheckInterval|SanityCheck|OverfitBatches|Profiler)\.'
+KILN_LOGIC_ONLY='^integration\.(Resume/EveryStop|BatchCheck|OpenMpi|Slurm|Processes/Shard|ShardedCheckpoints|Readme|ArraysRefuse|CsvRefuse|ImageFolder/ImageFolderRefuse|ImageFolderDamaged|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Cli|Restart|Resume|ResumeAuto|Logging|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|EachDefect/LoaderRefuses|BadCheckpoint|Collect/Misuses|StartupAgreement|ValCheckInterval|SanityCheck|OverfitBatches|Profiler|Bf16True)\.'
 # Under the sanitizers: the tests that take kiln's code through its inputs,
 # files, plugins and collectives, not the ones that mostly wait on kills,
 # signals, timeouts and restarts (minutes of process time each, the same

@@ -24,6 +24,9 @@
 # (default 1024). Sums of VmHWM overcount: the
 # ranks' peaks need not coincide, and the shared library pages each process
 # maps are counted once per process.
+# KILN_SHARD_PRECISION=bf16-true (default 32) trains in trainer.precision =
+# "bf16-true": bfloat16 weights and gradients, float32 masters and moments
+# (docs/training.md, "Precision"); the formula column follows it.
 #   bench/shard_largest.sh [PROCESSES...]   (default: 2 4; KILN_SHARD_MODES to choose)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +41,8 @@ checkpoint=false
 procs=("$@")
 [ ${#procs[@]} -gt 0 ] || procs=(2 4)
 modes=(${KILN_SHARD_MODES:-none optimizer gradients})
+precision=${KILN_SHARD_PRECISION:-32}
+case "$precision" in 32|bf16-true) ;; *) echo "KILN_SHARD_PRECISION: 32 or bf16-true" >&2; exit 1 ;; esac
 budget=$(awk -v g="$budget_gib" 'BEGIN {printf "%.0f", g * 1024 ^ 3}')
 total=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
 out=$(mktemp -d)
@@ -67,6 +72,7 @@ run() {
   local n=$1 mode=$2 w=$3
   local run="$out/$n.$mode.$w.run" log="$out/$n.$mode.$w.log" start=$SECONDS
   "$kiln" fit bench/mlp256.toml -n "$n" --set run.threads=1 --set distributed.shard="$mode" \
+    --set trainer.precision="\"$precision\"" \
     --set model.hidden="[$w,$w,$w,$w]" --set trainer.batch_size=32 --set trainer.max_epochs=1 \
     --set trainer.limit_train_batches=2 --set trainer.limit_val_batches=0 \
     --set trainer.test_after_fit=false --set checkpoint.enabled="$checkpoint" \
@@ -104,7 +110,7 @@ run() {
   peaks_mb="$((launcher_kib / 1024)), $(for p in "${!hwm[@]}"; do echo $((hwm[$p] / 1024)); done | sort -n | paste -sd, - | sed 's/,/, /g')"
 }
 
-echo "budget $budget_gib GiB (MemTotal $(awk -v t="$total" 'BEGIN {printf "%.1f", t / 1024 ^ 3}') GiB); final checkpoint: $checkpoint; fit widths ${fit_widths[*]}"
+echo "precision $precision; budget $budget_gib GiB (MemTotal $(awk -v t="$total" 'BEGIN {printf "%.1f", t / 1024 ^ 3}') GiB); final checkpoint: $checkpoint; fit widths ${fit_widths[*]}"
 table=()
 for n in "${procs[@]}"; do
   p_none=
@@ -133,7 +139,11 @@ for n in "${procs[@]}"; do
     echo "  $n $mode width $w: VmHWM MB $peaks_mb, sum $sum_gib GiB (predicted $(awk -v s="$predicted" 'BEGIN {printf "%.2f", s / 1024 ^ 3}')) (${secs} s)"
     [ "$mode" = none ] && p_none=$p
     ratio=$([ -n "$p_none" ] && awk -v p="$p" -v q="$p_none" 'BEGIN {printf "%.2fx", p / q}' || echo -)
-    formula=$(awk -v n="$n" -v m="$mode" 'BEGIN {print (m == "none") ? 16 : (m == "optimizer") ? 8 + 12 / n : 4 + 12 / n}')
+    # float32: 4 (weights) + 4 (gradients) + 8 (moments); bf16-true: 2 + 2 +
+    # 4 (master) + 8, the reduced gradients float32 (4/N) where sharded.
+    formula=$(awk -v n="$n" -v m="$mode" -v bf="$([ "$precision" = bf16-true ] && echo 1 || echo 0)" 'BEGIN {
+      if (bf) print (m == "none") ? 16 : (m == "optimizer") ? 4 + 16 / n : 2 + 16 / n
+      else print (m == "none") ? 16 : (m == "optimizer") ? 8 + 12 / n : 4 + 12 / n }')
     table+=("$(printf "| %s | %s | %.1f (%s) | %d | %d (%.1f M) | %.1f M | %s | %s |" "$n" "$mode" "$b" "$formula" \
       $((a / 1024 / 1024)) "$w" "$(awk -v p="$p" 'BEGIN {print p / 1e6}')" \
       "$(awk -v p="$p_total" 'BEGIN {print p / 1e6}')" "$sum_gib" "$ratio")")

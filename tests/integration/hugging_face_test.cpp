@@ -321,11 +321,24 @@ TEST(HuggingFace, ALoraAdapterTrainsItsWeightsOnlyMergesAndResumesBitwise) {
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_EQ(step_losses(resumed / "run" / "metrics.jsonl"), losses);
   EXPECT_TRUE(same_parameters(dir / "run", resumed / "run"));
+
+  // The same float32 program in bf16-true: its RMSNorm's recorded float32
+  // cast meets the bfloat16 weights. Refused before anything is written,
+  // saying what to do (the next test exports it in bfloat16).
+  TempDir bf16;
+  copy_inputs(dir, bf16);
+  const ProcessResult refused = kiln_fit(hf_manifest(bf16, "", "precision = \"bf16-true\"\n"), {}, kTimeout);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("the program was exported in Float and runs in BFloat16 here (trainer.precision): "
+                                "export the model in that dtype (model.to(torch.bfloat16) before kiln_export.export)"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(bf16 / "run"));
 }
 
 // A LoRA fine-tune in trainer.precision = "bf16-true": the Llama exported in
-// bfloat16 (exported in float32, it is refused: its recorded casts would
-// meet bfloat16 weights), its base frozen and stored in bfloat16, the adapter
+// bfloat16 (exported in float32 it is refused: the test above), its base
+// frozen and stored in bfloat16, the adapter
 // stepped through float32 masters. An eager loop doing what
 // docs/training.md says (model.to(torch.bfloat16), masters, SGD,
 // p.copy_(master)) gives the same 20 losses and, to the bit, the same
@@ -354,19 +367,6 @@ TEST(HuggingFace, ALoraAdapterInBf16TrueTrainsAsEagerWithFloat32MastersOverAFroz
   const std::vector<double> diff = printed(compared.output, "max_abs_diff");
   ASSERT_EQ(diff.size(), 1u) << compared.output;
   EXPECT_EQ(diff[0], 0.0) << compared.output;
-
-  // Exported in float32 instead: its RMSNorm's recorded float32 cast meets
-  // the bfloat16 weights; refused before anything is written, saying what to do.
-  TempDir in_float32;
-  const ProcessResult exported32 = models(in_float32, "lora", "export");
-  ASSERT_EQ(exported32.exit_code, 0) << exported32.output;
-  const ProcessResult refused = kiln_fit(hf_manifest(in_float32, "", "precision = \"bf16-true\"\n"), {}, kTimeout);
-  EXPECT_EQ(refused.exit_code, 2) << refused.output;
-  EXPECT_NE(refused.output.find("the program was exported in Float and runs in BFloat16 here (trainer.precision): "
-                                "export the model in that dtype (model.to(torch.bfloat16) before kiln_export.export)"),
-            std::string::npos)
-      << refused.output;
-  EXPECT_FALSE(std::filesystem::exists(in_float32 / "run"));
 }
 
 // A module with a torch.no_grad() region, a torch.autocast(enabled=False)

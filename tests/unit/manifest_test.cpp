@@ -690,7 +690,8 @@ INSTANTIATE_TEST_SUITE_P(
         // With device = 'auto' (the default) the device is known only at launch: device_choice_test.
         RangeCase{"[run]\ndevice = \"cpu\"\n[distributed]\nbackend = \"nccl\"",
                   "distributed.backend = 'nccl' needs a CUDA device"},
-        RangeCase{"[trainer]\nprecision = 16", "trainer.precision must be '32', 'bf16-mixed' or '16-mixed', not '16'"},
+        RangeCase{"[trainer]\nprecision = 16",
+                  "trainer.precision must be '32', 'bf16-mixed', '16-mixed' or 'bf16-true', not '16'"},
         RangeCase{"[run]\nthreads = -1", "run.threads must be between 0 and 4096, not -1"},
         RangeCase{"[run]\nseed = -1", "run.seed must be >= 0, not -1"},
         RangeCase{"[run]\nname = \"\"", "run.name must not be empty"},
