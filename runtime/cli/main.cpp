@@ -71,6 +71,25 @@ int run_parsed(kiln::CommandLine& cli, const std::vector<std::string>& argv, kil
 
 }  // namespace
 
+// SIGINT, SIGTERM and SIGUSR1 blocked from the first code of kiln's that
+// runs: the executable's .preinit_array, which the dynamic loader calls
+// after relocating the libraries (~30 ms) and before their static
+// initialisers (LibTorch registers its operators: ~0.3 s, seconds on a
+// loaded node). A signal sent meanwhile (SLURM's --signal=USR1@N to a job
+// that has just started, torchrun or srun forwarding a Ctrl-C) stays pending
+// until SignalWatcher, first thing in main(), takes it, instead of killing
+// kiln by its default action before it can stop as asked. kiln's own
+// launcher keeps them blocked across exec for its workers (distributed/
+// supervisor.cpp); this does the same under any other launcher.
+static void block_watched_signals_at_start(int, char**, char**) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (const int s : kiln::SignalWatcher::kWatched) sigaddset(&set, s);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+__attribute__((section(".preinit_array"), used)) static void (*const kiln_block_watched_signals)(int, char**, char**) =
+    block_watched_signals_at_start;
+
 // Batches are allocated on prefetch threads and freed on the main thread.
 // With glibc's defaults every ~400 KB batch tensor is its own mmap, and each
 // munmap in a multi-threaded process costs a TLB shoot-down on every core:

@@ -14,9 +14,7 @@ namespace kiln {
 SignalWatcher::SignalWatcher() {
   ::signal(SIGPIPE, SIG_IGN);
   sigemptyset(&set_);
-  sigaddset(&set_, SIGINT);
-  sigaddset(&set_, SIGTERM);
-  sigaddset(&set_, SIGUSR1);  // a preemption notice, when the manifest says so
+  for (const int s : kWatched) sigaddset(&set_, s);  // SIGUSR1: a preemption notice, when the manifest says so
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);  // before any other thread exists
   thread_ = std::thread([this] { watch(); });
 }

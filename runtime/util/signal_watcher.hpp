@@ -21,6 +21,9 @@ namespace kiln {
 
 class SignalWatcher {
  public:
+  // The signals it takes (and the process blocks in every thread).
+  static constexpr int kWatched[] = {SIGINT, SIGTERM, SIGUSR1};
+
   SignalWatcher();
   ~SignalWatcher();
   SignalWatcher(const SignalWatcher&) = delete;

@@ -322,8 +322,11 @@ TEST(Slurm, ARequeuedJobResumesToTheUninterruptedRunBitwise) {
 
 
 // The time limit, as examples/slurm/kiln.sbatch meets it (its resource lines
-// for a GPU node replaced by two tasks here): --signal=USR1@50 with a one
-// minute limit sends SIGUSR1 about 10 s in; with preempt_signal = "SIGUSR1"
+// for a GPU node replaced by two tasks here): --signal=USR1@100 with a two
+// minute limit sends SIGUSR1 about 20 s in (10 s in, a rank of a loaded
+// machine was now and then still loading its libraries, before any code of
+// kiln's could block the signal, and its default action killed it); the run
+// trains for about 32 s. With preempt_signal = "SIGUSR1"
 // kiln commits at the step and exits 75 on both ranks, the script requeues
 // the job, and it continues after (as often as the limit comes) to the
 // uninterrupted run's weights and metrics, bitwise.
@@ -332,7 +335,7 @@ TEST(Slurm, TheTimeLimitsSignalCommitsRequeuesAndContinuesBitwise) {
   TempDir dir, straight, limited;
   KILN_REQUIRE_SLURM(dir, cluster);
   auto manifest = [](const TempDir& at) {
-    return slow_run(at, 250, 10, "every_n_steps = 8\nevery_n_epochs = 0\npreempt_signal = \"SIGUSR1\"\n");
+    return slow_run(at, 250, 16, "every_n_steps = 8\nevery_n_epochs = 0\npreempt_signal = \"SIGUSR1\"\n");
   };
   const ProcessResult whole = cluster.command(
       {"/usr/bin/srun", "-n", "2", kiln_exe().string(), "fit", manifest(straight).string(), "--resume", "auto"},
@@ -347,7 +350,7 @@ TEST(Slurm, TheTimeLimitsSignalCommitsRequeuesAndContinuesBitwise) {
       kept += line + "\n";
   write_file(limited / "kiln.sbatch", kept);
   const ProcessResult submitted = run_process(
-      {"/usr/bin/sbatch", "--parsable", "-n", "2", "--time=1", "--signal=USR1@50",
+      {"/usr/bin/sbatch", "--parsable", "-n", "2", "--time=2", "--signal=USR1@100",
        "--output=" + (limited / "job-%j.out").string(), (limited / "kiln.sbatch").string(), manifest(limited).string()},
       {.cwd = limited.path(), .env = {{"SLURM_CONF", cluster.env().at("SLURM_CONF")}, {"KILN", kiln_exe().string()}},
        .timeout = kTimeout});
