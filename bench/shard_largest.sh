@@ -140,9 +140,10 @@ for n in "${procs[@]}"; do
     [ "$mode" = none ] && p_none=$p
     ratio=$([ -n "$p_none" ] && awk -v p="$p" -v q="$p_none" 'BEGIN {printf "%.2fx", p / q}' || echo -)
     # float32: 4 (weights) + 4 (gradients) + 8 (moments); bf16-true: 2 + 2 +
-    # 4 (master) + 8, the reduced gradients float32 (4/N) where sharded.
+    # 4 (master) + 4 (its float32 gradient) + 8, the reduced gradients
+    # float32 (4/N) where sharded.
     formula=$(awk -v n="$n" -v m="$mode" -v bf="$([ "$precision" = bf16-true ] && echo 1 || echo 0)" 'BEGIN {
-      if (bf) print (m == "none") ? 16 : (m == "optimizer") ? 4 + 16 / n : 2 + 16 / n
+      if (bf) print (m == "none") ? 20 : (m == "optimizer") ? 4 + 16 / n : 2 + 16 / n
       else print (m == "none") ? 16 : (m == "optimizer") ? 8 + 12 / n : 4 + 12 / n }')
     table+=("$(printf "| %s | %s | %.1f (%s) | %d | %d (%.1f M) | %.1f M | %s | %s |" "$n" "$mode" "$b" "$formula" \
       $((a / 1024 / 1024)) "$w" "$(awk -v p="$p" 'BEGIN {print p / 1e6}')" \
