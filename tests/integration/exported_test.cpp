@@ -196,6 +196,10 @@ TEST(Exported, TwoProcessesMatchOneAndBf16MixedTrains) {
 // LayerNorm, causal scaled_dot_product_attention over split heads, a head
 // tied to the token embedding), exported and trained on kiln_token_stream:
 // its 20 steps' losses are an eager PyTorch loop's over the same windows.
+// Its modes: export, eager (float32, SGD), and for bf16-true (below)
+// export_frozen (the position embedding and the first block frozen),
+// eager_bf16 (that model in bfloat16, float32 masters stepped by SGD with
+// momentum) and compare (kiln's exported weights against eager_bf16's).
 const char* kGpt = R"PY(
 import math, sys, torch
 from torch import nn
@@ -221,11 +225,14 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 class Gpt(nn.Module):
-    def __init__(self):
+    def __init__(self, frozen):
         super().__init__()
         self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
         self.blocks = nn.ModuleList([Block(), Block()])
         self.ln = nn.LayerNorm(D)
+        if frozen:
+            self.pos.weight.requires_grad_(False)
+            self.blocks[0].requires_grad_(False)
 
     def forward(self, idx):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
@@ -233,19 +240,26 @@ class Gpt(nn.Module):
             x = block(x)
         return F.linear(self.ln(x), self.tok.weight)  # the head tied to the embedding
 
-dir = sys.argv[2]
+dir, what = sys.argv[2], sys.argv[3]
+frozen = what in ("export_frozen", "eager_bf16")
 text = (b"In the beginning was the word, and the word was with kiln. " * 40)
-if sys.argv[3] == "export":
+if what.startswith("export"):
     open(dir + "/tokens.txt", "wb").write(text)
     torch.manual_seed(0)
-    model = Gpt()
+    model = Gpt(frozen)
     torch.save(model.state_dict(), dir + "/init.pt")
     kiln_export.export(model, torch.zeros(2, T, dtype=torch.long), dir + "/model.pt2")
-else:
+elif what.startswith("eager"):
     torch.set_num_threads(1)
-    model = Gpt()
+    model = Gpt(frozen)
     model.load_state_dict(torch.load(dir + "/init.pt"))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    if what == "eager_bf16":
+        model = model.to(torch.bfloat16)
+        params = [p for p in model.parameters() if p.requires_grad]
+        masters = [p.detach().float().requires_grad_() for p in params]
+        opt = torch.optim.SGD(masters, lr=0.1, momentum=0.9)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
     tokens = torch.tensor(list(text), dtype=torch.long)
     for epoch in range(2):
         for b in range(10):
@@ -254,9 +268,37 @@ else:
             opt.zero_grad()
             loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
             loss.backward()
+            if what == "eager_bf16":
+                for m, p in zip(masters, params):
+                    m.grad, p.grad = p.grad.float(), None
             opt.step()
+            if what == "eager_bf16":
+                with torch.no_grad():
+                    for m, p in zip(masters, params):
+                        p.copy_(m)
             print("loss", repr(loss.item()))
+    torch.save(model.state_dict(), dir + "/eager.pt")
+else:  # compare: kiln's exported weights with the eager loop's
+    from safetensors.torch import load_file
+    kiln, eager = load_file(dir + "/kiln.safetensors"), torch.load(dir + "/eager.pt")
+    assert set(kiln) == set(eager), (sorted(kiln), sorted(eager))
+    print("dtypes", sorted({str(t.dtype) for t in kiln.values()}))
+    print("max_abs_diff", max((kiln[k].float() - eager[k].float()).abs().max().item() for k in kiln))
 )PY";
+
+// The decoder's run: 2 epochs of 10 batches of 8 windows, in order, each
+// step logged.
+void gpt_manifest(const TempDir& dir, const std::string& trainer_more, const std::string& optimizer,
+                  const std::string& extra) {
+  write_run_manifest(dir, {.name = "gpt",
+                           .run = "seed = 0\nthreads = 1\n",
+                           .model = exported_keys(dir, "model.pt2"),
+                           .data = "path = \"kiln_token_stream\"\nfile = \"" + (dir / "tokens.txt").string() +
+                                   "\"\nblock_size = 32\nval_fraction = 0.1\n",
+                           .trainer = trainer_keys(2, 8, kInOrder + "limit_train_batches = 10\n" + trainer_more),
+                           .optimizer = optimizer,
+                           .extra = kCsvAndJsonl + extra});
+}
 
 TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
   KILN_REQUIRE_EXPORTED_PLUGIN();
@@ -264,14 +306,7 @@ TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
   auto run_python = [&](const char* what) { return run_script(dir, "gpt.py", kGpt, {what}); };
   const ProcessResult exported = run_python("export");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  write_run_manifest(dir, {.name = "gpt",
-                           .run = "seed = 0\nthreads = 1\n",
-                           .model = exported_keys(dir, "model.pt2"),
-                           .data = "path = \"kiln_token_stream\"\nfile = \"" + (dir / "tokens.txt").string() +
-                                   "\"\nblock_size = 32\nval_fraction = 0.1\n",
-                           .trainer = trainer_keys(2, 8, kInOrder + "limit_train_batches = 10\n"),
-                           .optimizer = "name = \"sgd\"\nlr = 0.1\n",
-                           .extra = kCsvAndJsonl});
+  gpt_manifest(dir, "", "name = \"sgd\"\nlr = 0.1\n", "");
   const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   EXPECT_NE(fit.output.find("aten::scaled_dot_product_attention"), std::string::npos) << fit.output;
@@ -290,104 +325,19 @@ TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
 // 20 losses and, to the bit, the same weights, which `kiln export` writes
 // as bfloat16, frozen ones too: the model's bytes halve (the summary says
 // so).
-const char* kGptBf16 = R"PY(
-import sys, torch
-from torch import nn
-from torch.nn import functional as F
-sys.path.insert(0, sys.argv[1])
-import kiln_export
-
-V, T, D, H = 256, 32, 32, 2
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.qkv, self.proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
-        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
-
-    def forward(self, x):
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(D, dim=2)
-        q, k, v = (z.view(b, t, H, D // H).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).contiguous().view(b, t, D))
-        return x + self.mlp(self.ln2(x))
-
-class Gpt(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
-        self.blocks = nn.ModuleList([Block(), Block()])
-        self.ln = nn.LayerNorm(D)
-        self.pos.weight.requires_grad_(False)
-        self.blocks[0].requires_grad_(False)
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-        for block in self.blocks:
-            x = block(x)
-        return F.linear(self.ln(x), self.tok.weight)
-
-dir, what = sys.argv[2], sys.argv[3]
-text = (b"In the beginning was the word, and the word was with kiln. " * 40)
-if what == "export":
-    open(dir + "/tokens.txt", "wb").write(text)
-    torch.manual_seed(0)
-    model = Gpt()
-    torch.save(model.state_dict(), dir + "/init.pt")
-    kiln_export.export(model, torch.zeros(2, T, dtype=torch.long), dir + "/model.pt2")
-elif what == "eager":
-    torch.set_num_threads(1)
-    model = Gpt()
-    model.load_state_dict(torch.load(dir + "/init.pt"))
-    model = model.to(torch.bfloat16)
-    params = [p for p in model.parameters() if p.requires_grad]
-    masters = [p.detach().float().requires_grad_() for p in params]
-    opt = torch.optim.SGD(masters, lr=0.1, momentum=0.9)
-    tokens = torch.tensor(list(text), dtype=torch.long)
-    for epoch in range(2):
-        for b in range(10):
-            x = torch.stack([tokens[i:i + T] for i in range(8 * b, 8 * b + 8)])
-            y = torch.stack([tokens[i + 1:i + T + 1] for i in range(8 * b, 8 * b + 8)])
-            loss = F.cross_entropy(model(x).reshape(-1, V), y.reshape(-1))
-            loss.backward()
-            for m, p in zip(masters, params):
-                m.grad, p.grad = p.grad.float(), None
-            opt.step()
-            with torch.no_grad():
-                for m, p in zip(masters, params):
-                    p.copy_(m)
-            print("loss", repr(loss.item()))
-    torch.save(model.state_dict(), dir + "/eager.pt")
-else:  # compare kiln's exported weights with the eager loop's
-    from safetensors.torch import load_file
-    kiln, eager = load_file(dir + "/kiln.safetensors"), torch.load(dir + "/eager.pt")
-    assert set(kiln) == set(eager), (sorted(kiln), sorted(eager))
-    print("dtypes", sorted({str(t.dtype) for t in kiln.values()}))
-    print("max_abs_diff", max((kiln[k].float() - eager[k].float()).abs().max().item() for k in kiln))
-)PY";
-
 TEST(Exported, AGptDecoderInBf16TrueWithAFrozenPartTrainsAsEagerPyTorchWithFloat32Masters) {
   KILN_REQUIRE_EXPORTED_PLUGIN();
   TempDir dir;
-  auto run_python = [&](const char* what) { return run_script(dir, "gpt_bf16.py", kGptBf16, {what}); };
-  const ProcessResult exported = run_python("export");
+  auto run_python = [&](const char* what) { return run_script(dir, "gpt.py", kGpt, {what}); };
+  const ProcessResult exported = run_python("export_frozen");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  write_run_manifest(dir, {.name = "gpt",
-                           .run = "seed = 0\nthreads = 1\n",
-                           .model = exported_keys(dir, "model.pt2"),
-                           .data = "path = \"kiln_token_stream\"\nfile = \"" + (dir / "tokens.txt").string() +
-                                   "\"\nblock_size = 32\nval_fraction = 0.1\n",
-                           .trainer = trainer_keys(2, 8, kInOrder + "limit_train_batches = 10\nprecision = \"bf16-true\"\n"),
-                           .optimizer = "name = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n",
-                           .extra = kCsvAndJsonl + "\n[checkpoint]\n"});
+  gpt_manifest(dir, "precision = \"bf16-true\"\n", "name = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n", "\n[checkpoint]\n");
   const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   // 34,688 values, 13,728 of them frozen, at 2 bytes each (float32: 0.132 MiB).
   EXPECT_NE(fit.output.find("14 K      Non-trainable params"), std::string::npos) << fit.output;
   EXPECT_NE(fit.output.find("0.066     Total estimated model params size (MiB)"), std::string::npos) << fit.output;
-  const ProcessResult eager = run_python("eager");
+  const ProcessResult eager = run_python("eager_bf16");
   ASSERT_EQ(eager.exit_code, 0) << eager.output;
   const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl"), want = printed(eager.output, "loss");
   ASSERT_EQ(want.size(), 20u) << eager.output;

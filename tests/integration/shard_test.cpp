@@ -26,7 +26,8 @@
 namespace kiln::test {
 namespace {
 
-std::filesystem::path manifest(const TempDir& dir, const std::string& name) {
+// `bf16`: trainer.precision = "bf16-true", without [averaging] (which it refuses).
+std::filesystem::path manifest(const TempDir& dir, const std::string& name, bool bf16 = false) {
   return write_run_manifest(
       dir, {.name = "shard",
             .run_dir = (dir / name).string(),
@@ -34,11 +35,12 @@ std::filesystem::path manifest(const TempDir& dir, const std::string& name) {
             .model = mlp_keys(20, "[13, 7]", 3),
             .data = synthetic_keys(20, 3, "train_size = 300\nval_size = 60\ntest_size = 0\n"),
             .trainer = trainer_keys(3, 10,
-                                    "data_workers = 0\naccumulate_grad_batches = 2\ngradient_clip_val = 0.05\n"
-                                    "gradient_clip_algorithm = \"value\"\n"),
+                                    std::string("data_workers = 0\naccumulate_grad_batches = 2\ngradient_clip_val = "
+                                                "0.05\ngradient_clip_algorithm = \"value\"\n") +
+                                        (bf16 ? "precision = \"bf16-true\"\n" : "")),
             .optimizer = "name = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n",
-            .extra = "\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decay = 0.0\n\n[averaging]\nkind = \"ema\"\n"
-                     "\n[checkpoint]\n",
+            .extra = std::string("\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decay = 0.0\n") +
+                     (bf16 ? "" : "\n[averaging]\nkind = \"ema\"\n") + "\n[checkpoint]\n",
             .file = name + ".toml"});
 }
 
@@ -81,7 +83,8 @@ size_t rank_files_of(const std::filesystem::path& run) {
   return read_rank_files(CheckpointFile::read(run / "checkpoints" / "last.ckpt")).size();
 }
 
-void expect_same(const State& want, const State& got) {
+// Every section of the two the same, to the bit.
+void expect_equal_sections(const State& want, const State& got) {
   ASSERT_FALSE(want.tensors.empty());
   EXPECT_EQ(want.tensors.size(), got.tensors.size());
   EXPECT_EQ(want.texts, got.texts);
@@ -90,6 +93,10 @@ void expect_same(const State& want, const State& got) {
     ASSERT_NE(it, got.tensors.end()) << name;
     EXPECT_TRUE(at::equal(it->second, tensor)) << name << " differs";
   }
+}
+
+void expect_same(const State& want, const State& got) {
+  expect_equal_sections(want, got);
   for (const char* needed : {"optim/0/exp_avg", "optim/0/exp_avg_sq"}) EXPECT_EQ(want.tensors.count(needed), 1u) << needed;
   EXPECT_EQ(want.texts.count("average/count"), 1u);
 }
@@ -312,30 +319,8 @@ TEST(ShardedCheckpoints, AKillOfAnyRankMidCommitLeavesTheLastCheckpointWhole) {
 // another mode, or the same) from its checkpoint's masters. A float32
 // evaluation of a bf16-true checkpoint reads its weights as float32, and
 // [averaging] with bf16-true is refused at start.
-std::filesystem::path bf16_manifest(const TempDir& dir, const std::string& name) {
-  return write_run_manifest(
-      dir, {.name = "shard",
-            .run_dir = (dir / name).string(),
-            .run = "seed = 7\nthreads = 1\n",
-            .model = mlp_keys(20, "[13, 7]", 3),
-            .data = synthetic_keys(20, 3, "train_size = 300\nval_size = 60\ntest_size = 0\n"),
-            .trainer = trainer_keys(3, 10,
-                                    "data_workers = 0\nprecision = \"bf16-true\"\ngradient_clip_val = 0.05\n"
-                                    "gradient_clip_algorithm = \"value\"\n"),
-            .optimizer = "name = \"adamw\"\nlr = 0.01\nweight_decay = 0.01\n",
-            .extra = "\n[[optimizer.groups]]\nmatch = [\"*.bias\"]\nweight_decay = 0.0\n\n[checkpoint]\n",
-            .file = name + ".toml"});
-}
-
 void expect_same_bf16(const State& want, const State& got) {
-  ASSERT_FALSE(want.tensors.empty());
-  EXPECT_EQ(want.tensors.size(), got.tensors.size());
-  EXPECT_EQ(want.texts, got.texts);
-  for (const auto& [name, tensor] : want.tensors) {
-    const auto it = got.tensors.find(name);
-    ASSERT_NE(it, got.tensors.end()) << name;
-    EXPECT_TRUE(at::equal(it->second, tensor)) << name << " differs";
-  }
+  expect_equal_sections(want, got);
   // 6 weights in bfloat16, each its float32 master rounded.
   int weights = 0, masters = 0;
   for (const auto& [name, tensor] : want.tensors) {
@@ -361,7 +346,7 @@ void expect_same_bf16(const State& want, const State& got) {
 TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
   TempDir dir;
   auto fit = [&](const std::string& name, std::vector<std::string> args) {
-    const ProcessResult r = kiln_fit(bf16_manifest(dir, name), args);
+    const ProcessResult r = kiln_fit(manifest(dir, name, /*bf16=*/true), args);
     EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
     return r;
   };
@@ -392,12 +377,12 @@ TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
 
   // Evaluated in float32: the bfloat16 weights read as float32, exactly.
   const ProcessResult validated =
-      kiln({"validate", bf16_manifest(dir, "replicated3").string(), "--ckpt",
+      kiln({"validate", manifest(dir, "replicated3", /*bf16=*/true).string(), "--ckpt",
             (dir / "replicated3" / "checkpoints" / "last.ckpt").string(), "--set", "trainer.precision=\"32\""});
   EXPECT_EQ(validated.exit_code, 0) << validated.output;
   EXPECT_NE(validated.output.find("precision 32"), std::string::npos) << validated.output;
 
-  const ProcessResult averaged = kiln_fit(bf16_manifest(dir, "averaged"), {"--set", "averaging.kind=\"ema\""});
+  const ProcessResult averaged = kiln_fit(manifest(dir, "averaged", /*bf16=*/true), {"--set", "averaging.kind=\"ema\""});
   EXPECT_EQ(averaged.exit_code, 2) << averaged.output;
   EXPECT_NE(averaged.output.find("averaging.kind = 'ema' is not built for trainer.precision = 'bf16-true'"),
             std::string::npos)
