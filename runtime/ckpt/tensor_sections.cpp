@@ -149,16 +149,13 @@ void restore_tensor_section(const CheckpointFile& file, const std::string& name,
   if (s.sizes != target.sizes().vec())
     throw CheckpointError(file.path().string() + ": shape of '" + what + "' is " + shape_text(s.sizes) +
                           " in the checkpoint but " + shape_text(target.sizes()) + " in the model");
-  const auto saved = dtype_named(s.dtype);
-  const bool converts = convert_floating && saved && at::isFloatingType(*saved) &&
-                        at::isFloatingType(target.scalar_type());
-  if (s.dtype != dtype && !converts)
+  const at::ScalarType saved = *dtype_named(s.dtype);  // parse_tensor has checked it is one
+  if (s.dtype != dtype && !(convert_floating && at::isFloatingType(saved) && at::isFloatingType(target.scalar_type())))
     throw CheckpointError(file.path().string() + ": dtype of '" + what + "' is " + s.dtype + " in the checkpoint but " +
                           dtype + " in the model");
-  const at::TensorOptions options = target.options().device(at::kCPU).dtype(saved.value_or(target.scalar_type()));
-  if (s.data.size() != static_cast<size_t>(target.numel()) * c10::elementSize(options.dtype().toScalarType()))
+  if (s.data.size() != static_cast<size_t>(target.numel()) * c10::elementSize(saved))
     throw CheckpointError(file.path().string() + ": section '" + name + "' has the wrong number of bytes");
-  at::Tensor source = at::empty(s.sizes, options);
+  at::Tensor source = at::empty(s.sizes, target.options().device(at::kCPU).dtype(saved));
   std::memcpy(source.data_ptr(), s.data.data(), s.data.size());
   at::NoGradGuard no_grad;
   target.copy_(source);

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "util/errors.hpp"
+#include "optim/sharded_step.hpp"
 
 namespace kiln {
 
@@ -28,17 +28,8 @@ std::vector<at::Tensor> whole_masters(const std::vector<at::Tensor>& model) {
 
 std::vector<at::Tensor> owned_masters(const std::vector<at::Tensor>& model, const ShardLayout& layout) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> out;
-  out.reserve(model.size());
-  for (size_t i = 0; i < model.size(); ++i) {
-    const at::Tensor& p = model[i];
-    if (!p.is_contiguous() || p.device() != model[0].device())
-      throw InputError("distributed.shard shards contiguous parameters on one device; parameter " + std::to_string(i) +
-                       " is on " + p.device().str() + (p.is_contiguous() ? "" : ", not contiguous") +
-                       " (use distributed.shard = \"none\")");
-    const ShardLayout::Run run = layout.owned(i);
-    out.push_back(leaf(p.detach().view({-1}).narrow(0, run.begin, run.length).to(at::kFloat, false, true)));
-  }
+  std::vector<at::Tensor> out = ShardedStep::owned_views(model, layout, /*any_dtype=*/true);
+  for (auto& view : out) view = leaf(view.detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true));
   return out;
 }
 
@@ -46,13 +37,10 @@ void gradients_to_masters(const std::vector<at::Tensor>& model, const std::vecto
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < model.size(); ++i) {
     const at::Tensor& grad = model[i].grad();
+    if (!grad.defined()) continue;  // the master's is undefined too: every step clears it
     at::Tensor master = masters[i];
-    if (grad.defined()) {
-      master.mutable_grad() = grad.to(at::kFloat);
-      model[i].mutable_grad().reset();
-    } else if (master.grad().defined()) {
-      master.mutable_grad().reset();
-    }
+    master.mutable_grad() = grad.to(at::kFloat);
+    model[i].mutable_grad().reset();
   }
 }
 

@@ -31,7 +31,8 @@ std::vector<at::Tensor> whole_masters(const std::vector<at::Tensor>& model);
 std::vector<at::Tensor> owned_masters(const std::vector<at::Tensor>& model, const ShardLayout& layout);
 
 // Before clipping: each model gradient, as float32, becomes its master's
-// gradient (undefined where the model's is); the model's are dropped.
+// gradient, whose were cleared after the last step (undefined where the
+// model's is); the model's are dropped.
 void gradients_to_masters(const std::vector<at::Tensor>& model, const std::vector<at::Tensor>& masters);
 
 // After the step: each whole master, rounded to the model's dtype, into

@@ -23,12 +23,13 @@ ShardedStep::ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> ow
       masters_(masters),
       gradients_(whole.trainable, layout, group, free_gradients) {}
 
-std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout) {
+std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout,
+                                                 bool any_dtype) {
   std::vector<at::Tensor> out;
   out.reserve(trainable.size());
   for (size_t i = 0; i < trainable.size(); ++i) {
     const at::Tensor& p = trainable[i];
-    if (p.scalar_type() != at::kFloat || !p.is_contiguous() || p.device() != trainable[0].device())
+    if ((!any_dtype && p.scalar_type() != at::kFloat) || !p.is_contiguous() || p.device() != trainable[0].device())
       throw InputError("distributed.shard shards float32 parameters on one device; parameter " +
                        std::to_string(i) + " is " + std::string(c10::toString(p.scalar_type())) + " on " +
                        p.device().str() + (p.is_contiguous() ? "" : ", not contiguous") +

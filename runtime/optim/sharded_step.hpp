@@ -55,8 +55,10 @@ class ShardedStep final : public OptimizerStep {
 
   // Views of the elements this rank owns, one per trainable parameter, in
   // order. Throws InputError (one line) for parameters it cannot shard:
-  // other than float32 and contiguous, or on more than one device.
-  static std::vector<at::Tensor> owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout);
+  // other than float32 (`any_dtype`: bf16-true's masters copy them) and
+  // contiguous, or on more than one device.
+  static std::vector<at::Tensor> owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout,
+                                             bool any_dtype = false);
 
   void before_forward() override {}
   void backward(const at::Tensor& loss, bool sync) override;
