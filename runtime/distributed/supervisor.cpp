@@ -66,6 +66,7 @@ struct Worker {
   bool report_root = true;
   std::string report;       // its own failure line
   bool terminated = false;  // the supervisor sent it SIGTERM (or the forwarded signal)
+  bool own_signal = false;  // when the supervisor stopped the run, it was already stopping on a signal of its own
   bool killed = false;      // the supervisor sent it SIGKILL
   bool accounted = false;   // its failure is already recorded (hung, never started)
 };
@@ -296,7 +297,9 @@ void Supervision::on_ended(Worker& w, int status, Clock::time_point now) {
   if (w.accounted) return;  // already reported (hung, stopped responding, never started)
   if (w.killed) return on_killed(w);
   const bool by_interrupt = WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM);
-  if (w.terminated && ((exited && code == kInterruptedExit) || by_interrupt)) {
+  // A rank that was stopping on its own signal before the others failed on
+  // its absence is the cause, however soon their failures are seen.
+  if (w.terminated && !w.own_signal && ((exited && code == kInterruptedExit) || by_interrupt)) {
     spdlog::debug("rank {} stopped as asked", w.rank);
     return;
   }
@@ -335,6 +338,18 @@ void Supervision::on_interrupted(Worker& w, int status) {
   const std::string what = w.has_report && !w.report.empty()
                                ? w.report
                                : "interrupted: rank " + std::to_string(w.rank) + " " + describe_status(status);
+  // A rank that got no signal itself stopped with a signalled peer (their
+  // stop vote): the peer, perhaps not reaped yet, is the cause.
+  for (auto& other : workers_)
+    if (other.running) drain(other, Clock::now());
+  const bool echo = !w.signalled && std::any_of(workers_.begin(), workers_.end(), [&](const Worker& other) {
+    return &other != &w && other.signalled != 0;
+  });
+  if (echo) {
+    failures_.push_back({w.rank, what, kInterruptedExit, false, w.phase, w.has_report});
+    stop_all("rank " + std::to_string(w.rank) + " stopped with an interrupted rank", SIGINT);
+    return;
+  }
   const std::string cause = what + "; the signal was sent to the rank (pid " + std::to_string(w.pid) +
                             "), not to kiln's launcher";
   failures_.push_back({w.rank, cause, kInterruptedExit, true, w.phase, w.has_report});
@@ -412,6 +427,7 @@ void Supervision::stop_all(const std::string& why, int forward) {
     // A rank stopping on a signal of its own gets none from here: a second
     // one would end it without cleanup. SIGKILL after the grace still comes.
     if (w.signalled) {
+      w.own_signal = true;
       spdlog::debug("rank {} is stopping on SIG{} already", w.rank, sigabbrev_np(w.signalled));
       continue;
     }

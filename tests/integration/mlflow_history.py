@@ -9,7 +9,7 @@ usage: mlflow_history.py TRACKING_URI RUN_DIR [--status FINISHED] [--param key=v
                          [--files-within]
 
 --timing-may-differ: after a kill and a resume, the timing metrics
-(*samples_per_sec*, *step_time*) of the steps both runs logged are the first
+(*samples_per_sec*, *step_time*, epoch_seconds) of the steps both runs logged are the first
 run's in MLflow (it keeps the first value; kiln recomputes every other
 metric bit for bit), the resumed run's in the files: for those keys only the
 steps and the number of points must be equal.
@@ -32,7 +32,9 @@ def same(a, b):
 
 
 def timing(name):
-    return "samples_per_sec" in name or "step_time" in name
+    # Every wall-clock measurement kiln logs: a killed run can log an epoch's
+    # row and die committing its checkpoint, so the resumed run times it again.
+    return "samples_per_sec" in name or "step_time" in name or name == "epoch_seconds"
 
 
 def points_of_csv(path):

@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include "ckpt/checkpointer.hpp"
 #include "distributed/process_group.hpp"
@@ -46,18 +47,30 @@ Votes RunController::vote(const Votes& mine) {
   // the background ends the run here, on every rank, with its cause.
   bool commit_failed = parts_.checkpointer.background_failed();
   if (parts_.group) {
+    // The interrupting ranks are counted, their ranks and signals summed: a
+    // rank stopping for a peer's signal names that peer and signal (when
+    // one rank was signalled), never a signal it did not get.
+    const int rank = parts_.group->rank();
     at::Tensor votes = at::tensor({all.stop ? 1.0 : 0.0, interrupt ? 1.0 : 0.0, all.preempt ? 1.0 : 0.0,
-                                   all.out_of_time ? 1.0 : 0.0, commit_failed ? 1.0 : 0.0},
+                                   all.out_of_time ? 1.0 : 0.0, commit_failed ? 1.0 : 0.0,
+                                   interrupt ? static_cast<double>(rank) : 0.0, interrupt ? static_cast<double>(s) : 0.0},
                                   at::kDouble);
     parts_.group->all_reduce_sum(votes, "its stop vote");
     const auto v = votes.accessor<double, 1>();
     all.stop = v[0] > 0;
-    interrupt = v[1] > 0;
     all.preempt = v[2] > 0;
     all.out_of_time = v[3] > 0;
     commit_failed = v[4] > 0;
+    if (v[1] > 0 && !interrupt) {
+      const auto interrupting = static_cast<int64_t>(v[1]);
+      throw RunAborted(KILN_FAILURE_INTERRUPTED,
+                       interrupting == 1
+                           ? fmt::format("interrupted by {} on rank {}; stopping with it", signal_name(static_cast<int>(v[6])),
+                                         static_cast<int64_t>(v[5]))
+                           : fmt::format("interrupted by signals on {} ranks; stopping with them", interrupting));
+    }
   }
-  if (interrupt) throw interrupted(s && !preempt ? s : SIGINT);
+  if (interrupt) throw interrupted(s);
   if (commit_failed) parts_.checkpointer.raise_background_failure();
   return all;
 }
