@@ -426,6 +426,44 @@ void ProcessGroup::all_gather(const at::Tensor& part, at::Tensor& whole, const c
   });
 }
 
+void ProcessGroup::gather_range(int64_t begin, int64_t count, int64_t shard, const at::TensorOptions& options,
+                                const RangeGive& give, const RangeTake& take, const char* what) {
+  if (count <= 0) return;
+  collective("all-gather", [&] {
+    if (shm_ && options.device().is_cpu()) {
+      shm_->gather_range(begin, count, shard, c10::typeMetaToScalarType(options.dtype()), give, take, what);
+      return;
+    }
+    // Every rank's part of a chunk is at most the chunk: each sends the
+    // chunk's length, its own part in place, the rest unread.
+    const int64_t per_chunk = std::min<int64_t>(count, int64_t{1} << 20);
+    // Debian's Gloo has no bfloat16: its bits travel as float16's (as broadcast's do).
+    const at::ScalarType dtype = c10::typeMetaToScalarType(options.dtype());
+    const bool as_half = dtype == at::kBFloat16 && !options.device().is_cuda();
+    const at::TensorOptions wire = as_half ? options.dtype(at::kHalf) : options;
+    auto values = [&](const at::Tensor& t) { return as_half ? t.view(at::kBFloat16) : t; };
+    at::Tensor mine = at::empty({per_chunk}, wire);
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < world_size_; ++r) outputs[0].push_back(at::empty({per_chunk}, wire));
+    c10d::AllgatherOptions gather_options;
+    gather_options.timeout = timeout_;
+    for (int64_t first = begin; first < begin + count; first += per_chunk) {
+      const int64_t n = std::min(per_chunk, begin + count - first);
+      auto part = [&](int64_t r) {
+        return std::pair<int64_t, int64_t>{std::max(first, r * shard), std::min(first + n, (r + 1) * shard)};
+      };
+      if (const auto [lo, hi] = part(rank_); hi > lo) {
+        at::Tensor place = values(mine.narrow(0, lo - first, hi - lo));
+        give(lo, place);
+      }
+      std::vector<at::Tensor> input{mine};
+      wait(group_->allgather(outputs, input, gather_options), what);
+      for (int r = 0; r < world_size_; ++r)
+        if (const auto [lo, hi] = part(r); hi > lo) take(lo, values(outputs[0][r].narrow(0, lo - first, hi - lo)));
+    }
+  });
+}
+
 void ProcessGroup::reduce_scatter(int64_t begin, int64_t count, int64_t shard, const ShardFill& fill,
                                   at::Tensor& owned, bool accumulate, const char* what) {
   collective("reduce-scatter", [&] {

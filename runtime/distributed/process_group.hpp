@@ -101,6 +101,17 @@ class ProcessGroup {
   void reduce_scatter(int64_t begin, int64_t count, int64_t shard, const ShardFill& fill, at::Tensor& owned,
                       bool accumulate, const char* what);
   bool reduce_scatter_is_all_reduce() const { return !shm_; }
+  // Sharded parameters gathered before use: the values of the flat range
+  // [begin, begin + count) of a space cut into `shard`-sized parts, each
+  // element held by the rank whose part it lies in, handed over through
+  // `give` and received by every rank through `take`, in rank order
+  // (ShmAllReduce::gather_range says how). Through shared memory between
+  // the ranks of one host (CPU values); elsewhere an all-gather on the
+  // gradients' group of chunks every rank pads to the same length.
+  using RangeGive = std::function<void(int64_t first, at::Tensor& place)>;
+  using RangeTake = std::function<void(int64_t first, const at::Tensor& values)>;
+  void gather_range(int64_t begin, int64_t count, int64_t shard, const at::TensorOptions& options,
+                    const RangeGive& give, const RangeTake& take, const char* what);
 
  private:
   // Counts this rank in and waits, until `deadline`, for all the others.

@@ -246,6 +246,38 @@ void ShmAllReduce::all_gather(const at::Tensor& part, at::Tensor& whole, const c
   count_call(start, waited_before);
 }
 
+void ShmAllReduce::gather_range(int64_t begin, int64_t count, int64_t shard, at::ScalarType dtype, const Give& give,
+                                const Take& take, const char* contribution) {
+  if (count <= 0) return;
+  contribution_ = contribution;
+  const auto options = at::TensorOptions().dtype(dtype);
+  const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t per_chunk = static_cast<int64_t>(slot_bytes_) / element;
+  const auto start = std::chrono::steady_clock::now();
+  const double waited_before = stats_.waiting_s;
+  // Rank r's part of the chunk [first, first + n), as [lo, hi).
+  auto part = [&](int r, int64_t first, int64_t n) {
+    return std::pair<int64_t, int64_t>{std::max(first, r * shard), std::min(first + n, (r + 1) * shard)};
+  };
+  for (int64_t first = begin; first < begin + count; first += per_chunk) {
+    const int64_t n = std::min(per_chunk, begin + count - first);
+    exchange_chunk(
+        [&](uint8_t* mine) {
+          const auto [lo, hi] = part(rank_, first, n);
+          if (hi <= lo) return;
+          at::Tensor place = at::from_blob(mine + (lo - first) * element, {hi - lo}, options);
+          give(lo, place);
+        },
+        [&](uint64_t seq) {
+          for (int r = 0; r < ranks_; ++r) {
+            const auto [lo, hi] = part(r, first, n);
+            if (hi > lo) take(lo, at::from_blob(slot(seq, r) + (lo - first) * element, {hi - lo}, options));
+          }
+        });
+  }
+  count_call(start, waited_before);
+}
+
 int ShmAllReduce::first_behind(Phase phase, uint64_t seq) const {
   for (int r = 0; r < ranks_; ++r)
     if (state(r).counter[static_cast<int>(phase)].load(std::memory_order_acquire) < seq) return r;

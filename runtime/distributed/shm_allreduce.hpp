@@ -79,6 +79,19 @@ class ShmAllReduce {
   // Every rank's `part` (float32, the same length on each) into `whole`, in
   // rank order.
   void all_gather(const at::Tensor& part, at::Tensor& whole, const char* contribution);
+  // The gather of a flat index range [begin, begin + count) whose elements
+  // (`dtype`) each lie with one rank, rank r holding those in
+  // [r * shard, (r + 1) * shard) (optim/shard_layout.hpp; sharded parameters
+  // gathered before use): every rank hands over the part of a chunk in its
+  // own shard through `give(first, place)` (place: elements [first, first +
+  // place.numel()), to fill in full) and receives each rank's part of it,
+  // in rank order, through `take(first, values)` (a view of the segment,
+  // valid during the call). Each element crosses memory twice, once out of
+  // its owner and once into each reader: an all-gather of unequal parts.
+  using Give = std::function<void(int64_t first, at::Tensor& place)>;
+  using Take = std::function<void(int64_t first, const at::Tensor& values)>;
+  void gather_range(int64_t begin, int64_t count, int64_t shard, at::ScalarType dtype, const Give& give,
+                    const Take& take, const char* contribution);
 
   // Where the time of the calls so far went (bench/README.md: where a
   // 2-process step goes).

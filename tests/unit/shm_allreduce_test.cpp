@@ -191,6 +191,35 @@ TEST(ShmAllReduce, AllGatherPutsEveryRanksPartInRankOrder) {
   EXPECT_EQ(codes, (std::vector<int>(ranks, kOk)));
 }
 
+// Sharded parameters gathered before use: any range of the flat space,
+// across shard borders and chunks, in float32 and bfloat16, arrives whole
+// on every rank from the ranks that hold it.
+TEST(ShmAllReduce, GatherRangeGivesEveryRankEachElementFromTheRankThatHoldsIt) {
+  const int ranks = 3;
+  const int64_t shard = 2500;  // 4096-byte slots: 1024 float32 or 2048 bfloat16 a chunk
+  const auto codes = run_ranks(ranks, 4096, milliseconds(60000), [&](int rank, std::unique_ptr<ShmAllReduce>& shm) {
+    for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor everything = at::arange(shard * ranks, at::kFloat).mul_(0.25).to(dtype);
+      for (const auto& [begin, count] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, shard * ranks}, {2400, 200}, {10, 20}, {4999, 2}, {2600, 4400}}) {
+        at::Tensor got = at::full({count}, -1.0, dtype);
+        bool outside = false;
+        shm->gather_range(
+            begin, count, shard, dtype,
+            [&](int64_t first, at::Tensor& place) {
+              outside |= first < rank * shard || first + place.numel() > (rank + 1) * shard;
+              place.copy_(everything.narrow(0, first, place.numel()));
+            },
+            [&](int64_t first, const at::Tensor& values) { got.narrow(0, first - begin, values.numel()).copy_(values); },
+            "its parameters");
+        if (outside || !at::equal(got, everything.narrow(0, begin, count))) return kWrong;
+      }
+    }
+    return kOk;
+  });
+  EXPECT_EQ(codes, (std::vector<int>(ranks, kOk)));
+}
+
 TEST(ShmAllReduce, NonContiguousTensorsAreSummedInPlace) {
   const auto codes = run_ranks(2, 4096, milliseconds(60000), [](int rank, std::unique_ptr<ShmAllReduce>& shm) {
     at::Tensor base = at::full({40, 30}, static_cast<double>(rank + 1), at::kFloat);
