@@ -108,6 +108,13 @@ std::filesystem::path Checkpointer::commit(const TrainPosition& position, const 
     if (error.empty()) error = std::exchange(background_error_, {});
   }
   const auto previous_done = std::chrono::steady_clock::now();
+  // However the commit ends (a failure below throws from agree()).
+  struct Releases {
+    const std::vector<std::function<void()>>& each;
+    ~Releases() {
+      for (const auto& release : each) release();
+    }
+  } releases{releases_};
   for (const auto& gather : gathers_) gather();
   if (rank_files_) rank_files_tag_ = RankFilesTag{rank_files_prefix(file, rank_files_->agree_nonce()), rank_files_->world};
   size_t snapshot_bytes = 0;

@@ -58,6 +58,9 @@ class Checkpointer {
   // saves the parts: a part that needs every rank's share (the sharded
   // optimizer's state) gathers it here.
   void before_each_commit(std::function<void()> gather) { gathers_.push_back(std::move(gather)); }
+  // Runs on every rank once a commit is over (written, or in the
+  // background from its snapshot), whether it succeeded or not.
+  void after_each_commit(std::function<void()> release) { releases_.push_back(std::move(release)); }
   std::filesystem::path commit(const TrainPosition& position, const Prepare& prepare);
 
   // On every rank together: waits until no commit is in flight; throws as
@@ -117,6 +120,7 @@ class Checkpointer {
   std::optional<RankFilesSetup> rank_files_;
   RankFilesTag rank_files_tag_;
   std::vector<std::function<void()>> gathers_;
+  std::vector<std::function<void()>> releases_;
   std::filesystem::path last_committed_;
   CheckpointDirectory directory_;
   std::string background_error_;  // rank 0: a failure background_failed() saw

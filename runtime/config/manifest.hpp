@@ -158,6 +158,7 @@ struct DistributedConfig {
   IntraHost intra_host = IntraHost::automatic;  // CPU gradients between ranks of one host
   GradientCompression gradient_compression = GradientCompression::none;
   ShardMode shard = ShardMode::none;  // optim/sharded_step.hpp
+  double bucket_mb = 25.0;          // shard = "parameters": what is gathered at once (optim/sharded_parameters.hpp)
   double timeout_s = 60.0;          // every collective
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 0;          // 0 = pick a free one

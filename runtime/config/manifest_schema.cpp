@@ -295,7 +295,13 @@ TableSchema declare_distributed_table() {
                   "what each rank holds of the training state: none = everything (replicated, as DDP); optimizer = "
                   "its 1/N of the optimizer's state, gradients reduce-scattered (ZeRO-1: Adam's moments on 1/N of "
                   "the parameters each); gradients = also only its 1/N of the reduced gradients, every whole "
-                  "gradient dropped once reduced (ZeRO-2); docs/distributed.md");
+                  "gradient dropped once reduced (ZeRO-2); parameters = also only its 1/N of every parameter, "
+                  "frozen ones too, each gathered whole while an operator reads it (ZeRO-3, FSDP's FULL_SHARD); "
+                  "docs/distributed.md");
+  distributed.key("bucket_mb", &DistributedConfig::bucket_mb,
+                  "shard = \"parameters\": the megabytes of consecutive parameters gathered at once; at most two "
+                  "such buckets stay whole beyond what the running operator reads")
+      .above(0.0);
   distributed.key("timeout_s", &DistributedConfig::timeout_s, "seconds every collective and the rendezvous may take")
       .above(0.0);
   distributed.key("master_addr", &DistributedConfig::master_addr, "the rendezvous address kiln's workers use")

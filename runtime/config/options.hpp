@@ -31,8 +31,10 @@ enum class IntraHost { automatic, shm, gloo };
 // keeps float32.
 enum class GradientCompression { none, bf16, fp16 };
 // distributed.shard: what each rank holds of the training state
-// (optim/sharded_step.hpp): everything, or its part of the optimizer's state.
-enum class ShardMode { none, optimizer, gradients };
+// (optim/sharded_step.hpp): everything, its part of the optimizer's state,
+// of the reduced gradients too, or of the parameters too
+// (optim/sharded_parameters.hpp).
+enum class ShardMode { none, optimizer, gradients, parameters };
 // Lightning's names: full float32, bfloat16 autocast, float16 autocast with a
 // gradient scaler, and the model itself in bfloat16 (the optimizer steps
 // float32 copies of its trainable weights: optim/master_weights.hpp).
@@ -95,7 +97,7 @@ struct OptionNames<GradientCompression> {
 };
 template <>
 struct OptionNames<ShardMode> {
-  static constexpr std::array<const char*, 3> names{"none", "optimizer", "gradients"};
+  static constexpr std::array<const char*, 4> names{"none", "optimizer", "gradients", "parameters"};
 };
 
 template <>

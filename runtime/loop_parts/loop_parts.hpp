@@ -197,6 +197,20 @@ class RunControl {
   virtual void log_row(const LogRow& row) = 0;
 };
 
+// distributed.shard = "parameters" (optim/sharded_parameters.hpp): each
+// operator gathers the weights it reads from every rank, so every rank
+// must run as many evaluation batches as the others.
+class EvaluationResidency {
+ public:
+  virtual ~EvaluationResidency() = default;
+  // The most batches any rank has of an evaluation this rank has `mine` of
+  // (a collective).
+  virtual int64_t most_batches(int64_t mine) = 0;
+  // After each evaluation batch: what it gathered is freed, so that every
+  // batch gathers the same way.
+  virtual void after_batch() = 0;
+};
+
 // The state the loops share.
 struct LoopContext {
   StepModel& model;
@@ -208,6 +222,7 @@ struct LoopContext {
   StepCollector* collector = nullptr;  // null: nothing is collected
   Activity* activity = nullptr;        // null: no supervisor to tell the step
   Profiler* profiler = nullptr;        // null: [profiler] off
+  EvaluationResidency* residency = nullptr;  // null: every rank holds the whole weights
   int32_t rank = 0;
   int32_t world_size = 1;
   int64_t max_epochs = 1;

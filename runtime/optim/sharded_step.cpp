@@ -8,6 +8,7 @@
 #include "distributed/process_group.hpp"
 #include "optim/nonfinite_watch.hpp"
 #include "optim/precision.hpp"
+#include "optim/sharded_parameters.hpp"
 #include "profiling/profiler.hpp"
 #include "optim/weight_averaging.hpp"
 #include "util/errors.hpp"
@@ -15,12 +16,13 @@
 namespace kiln {
 
 ShardedStep::ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> owned, const ShardLayout& layout,
-                         ProcessGroup* group, bool free_gradients, bool masters)
+                         ProcessGroup* group, bool free_gradients, bool masters, ShardedParameters* parameters)
     : p_(whole),
       owned_(std::move(owned)),
       layout_(layout),
       group_(group),
       masters_(masters),
+      parameters_(parameters),
       gradients_(whole.trainable, layout, group, free_gradients) {}
 
 std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout,
@@ -59,6 +61,10 @@ void ShardedStep::backward(const at::Tensor& loss, bool sync) {
                       e.what_without_backtrace());
   }
   gradients_.after_backward();
+  if (parameters_) {
+    parameters_->release_all();
+    parameters_->check();
+  }
   if (profiler && group_) {
     const ProcessGroup::GradientWaits after = group_->gradient_waits();
     profiler->carve(Phase::allreduce_wait, after.seconds - before.seconds, after.calls - before.calls);
@@ -92,7 +98,10 @@ void ShardedStep::step(int64_t global_step) {
     if (stepped) p_.optimizer.step();
   }
   clear_gradients();
-  if (stepped) gather_parameters();
+  if (stepped && parameters_ && masters_)
+    parameters_->round_into_shard(owned_);
+  else if (stepped && !parameters_)
+    gather_parameters();
   if (p_.averaging) p_.averaging->after_step(global_step);
 }
 

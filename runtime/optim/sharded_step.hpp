@@ -28,6 +28,7 @@
 namespace kiln {
 
 class ProcessGroup;
+class ShardedParameters;
 
 // The values a rank all-gathers at once (the weights after a step, each
 // field of the optimizer's state for a checkpoint): Gloo stages every
@@ -50,8 +51,12 @@ class ShardedStep final : public OptimizerStep {
   // (bf16-true): `owned` are float32 copies of the elements
   // (optim/master_weights.hpp), rounded into every rank's bfloat16
   // parameters by the gather, this rank's own included.
+  // `parameters` (ZeRO-3): `owned` are its shard's (or the masters of
+  // it): nothing is gathered after a step, every whole parameter is freed
+  // after each backward.
   ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> owned, const ShardLayout& layout,
-              ProcessGroup* group, bool free_gradients, bool masters = false);
+              ProcessGroup* group, bool free_gradients, bool masters = false,
+              ShardedParameters* parameters = nullptr);
 
   // Views of the elements this rank owns, one per trainable parameter, in
   // order. Throws InputError (one line) for parameters it cannot shard:
@@ -77,6 +82,7 @@ class ShardedStep final : public OptimizerStep {
   const ShardLayout& layout_;
   ProcessGroup* group_;
   bool masters_;
+  ShardedParameters* parameters_;
   ShardedGradients gradients_;
 };
 

@@ -12,7 +12,10 @@
 // replicated run's.
 #include <gtest/gtest.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include <ATen/ATen.h>
@@ -308,6 +311,109 @@ TEST(ShardedCheckpoints, AKillOfAnyRankMidCommitLeavesTheLastCheckpointWhole) {
   EXPECT_FALSE(std::filesystem::exists(dir / "compressed" / "checkpoints"));
 }
 
+
+// distributed.shard = "parameters" (ZeRO-3, optim/sharded_parameters.hpp):
+// each rank keeps 1/N of every parameter and gathers a bucket whole while
+// an operator reads it. With buckets of one parameter each (bucket_mb tiny),
+// at most two stay whole, so forward frees what it gathered and backward
+// gathers it again. The gathered weights are the replicated run's to the
+// bit and the reduce-scatter is ZeRO-2's, so: without accumulation the
+// replicated run's weights, optimizer state and metrics, at 2 and 3
+// processes (395 values do not divide by 3); with accumulation ZeRO-2's
+// (which keeps the replicated run's bits but for the accumulated sums'
+// rounding, above). A run stopped at step 9 and continued by 3 processes
+// in another mode, and the other way, ends where the replicated chain
+// ends. Validation is not padded: 60 samples at batch size 10 are 3
+// batches a rank at 2 processes, 2 and 2 and 2 at 3; at 4 (15 samples, 2
+// batches each) and at 7 (9 or 8 samples: 1 batch each) every rank has as
+// many, so the run at 7 processes takes 13 samples a rank...
+// metrics.csv's columns but the timings, as text.
+std::map<std::string, std::vector<std::string>> metric_columns(const std::filesystem::path& run) {
+  std::istringstream in(read_file(run / "metrics.csv"));
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<std::string>> out;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells;
+    std::istringstream row(line);
+    for (std::string cell; std::getline(row, cell, ',');) cells.push_back(cell);
+    if (names.empty()) {
+      names = cells;
+      continue;
+    }
+    for (size_t i = 0; i < cells.size() && i < names.size(); ++i)
+      if (names[i].find("seconds") == std::string::npos && names[i].find("per_sec") == std::string::npos &&
+          names[i].find("step_time") == std::string::npos)
+        out[names[i]].push_back(cells[i]);
+  }
+  return out;
+}
+
+std::vector<std::string> zero3(std::vector<std::string> args) {
+  args.insert(args.end(), {"--set", "averaging.kind=\"none\"", "--set", "distributed.bucket_mb=0.0001"});
+  return args;
+}
+
+TEST(ShardedParameters, EachRankHoldsItsPartAndTheRunKeepsTheReplicatedRunsBits) {
+  TempDir dir;
+  auto fit = [&](const std::string& name, const std::vector<std::string>& args) {
+    const ProcessResult r = kiln_fit(manifest(dir, name), zero3(args));
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    return r;
+  };
+  const std::vector<std::string> two{"-n", "2", "--set", "trainer.accumulate_grad_batches=1"};
+  fit("replicated", two);
+  const ProcessResult sharded = fit("parameters", with_shard(two, "parameters"));
+  EXPECT_NE(sharded.output.find("distributed.shard = parameters: rank 0 holds the optimizer's state, the reduced "
+                                "gradients and the parameters for 198 of the 395 trained values"),
+            std::string::npos)
+      << sharded.output;
+  // One bucket a parameter (6), none kept whole past the next operator
+  // that reads one: each step gathers the 6 in forward, and fc2's weight
+  // again in backward (fc3's is still whole; fc1's input needs no
+  // gradient), and at most a layer's weight and bias (13*20 + 13 float32
+  // values) are whole at once (checkpoints, which gather all, aside).
+  int64_t gathers = 0, peak = 0, total = 0;
+  const size_t at = sharded.output.rfind("distributed.shard = parameters: ", sharded.output.find(" gathers; at most "));
+  ASSERT_NE(at, std::string::npos) << sharded.output;
+  ASSERT_EQ(std::sscanf(sharded.output.c_str() + at,
+                        "distributed.shard = parameters: %" SCNd64 " gathers; at most %" SCNd64 " of the %" SCNd64,
+                        &gathers, &peak, &total),
+            3)
+      << sharded.output;
+  EXPECT_EQ(total, 395 * 4);
+  EXPECT_EQ(peak, (13 * 20 + 13) * 4);
+  EXPECT_GE(gathers, 45 * 7) << "45 steps, each gathering 6 weights, then fc2's again";
+  expect_equal_sections(trained_state(dir / "replicated"), trained_state(dir / "parameters"));
+  EXPECT_EQ(metric_columns(dir / "replicated"), metric_columns(dir / "parameters"));
+
+  // Accumulation: ZeRO-2's bits, at 3 processes.
+  const std::vector<std::string> three{"-n", "3", "--set", "trainer.accumulate_grad_batches=2"};
+  fit("zero2", with_shard(three, "gradients"));
+  fit("zero3", with_shard(three, "parameters"));
+  expect_equal_sections(trained_state(dir / "zero2"), trained_state(dir / "zero3"));
+
+  // Stopped at step 9 by 2 processes, continued by 3; sharded parameters
+  // one way or the other, the replicated chain's bits.
+  auto chain = [&](const std::string& name, const char* first, const char* second) {
+    std::vector<std::string> stop = with_shard(two, first);
+    stop.insert(stop.end(), {"--set", "trainer.max_steps=9"});
+    std::vector<std::string> go_on = with_shard({"-n", "3", "--set", "trainer.accumulate_grad_batches=1"}, second);
+    go_on.insert(go_on.end(), {"--resume", "last"});
+    fit(name, stop);
+    fit(name, go_on);
+    return trained_state(dir / name);
+  };
+  const State want = chain("chain_replicated", "none", "none");
+  expect_equal_sections(want, chain("chain_into_parameters", "gradients", "parameters"));
+  expect_equal_sections(want, chain("chain_from_parameters", "parameters", "none"));
+
+  // [averaging] keeps whole weights: refused at start, nothing written.
+  const ProcessResult averaged =
+      kiln_fit(manifest(dir, "averaged"), with_shard({"-n", "2"}, "parameters"));
+  EXPECT_EQ(averaged.exit_code, 2) << averaged.output;
+  EXPECT_NE(averaged.output.find("[averaging] keeps whole copies of the weights"), std::string::npos) << averaged.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "averaged" / "checkpoints"));
+}
 
 // trainer.precision = "bf16-true" (optim/master_weights.hpp) in every shard
 // mode: the model's weights are bfloat16, the optimizer steps float32

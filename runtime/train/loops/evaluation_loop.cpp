@@ -63,6 +63,18 @@ void EvaluationLoop::sanity_check(int64_t max_batches) {
 int64_t EvaluationLoop::step_through(BatchStream& batches, const std::string& title, bool in_sanity_check) {
   LoopContext& c = context_;
   const int64_t n = batches.size();
+  // Sharded parameters: a rank with fewer batches (validation is not
+  // padded) runs its last one again, uncounted, as often as the others run
+  // one more, so that every rank gathers as often.
+  const int64_t repeats = c.residency ? c.residency->most_batches(n) - n : 0;
+  if (repeats > 0 && (n == 0 || c.collector))
+    throw InputError(fmt::format(
+        "distributed.shard = \"parameters\": rank {} has {} {} batch{} where another has {}{}; every rank gathers "
+        "the weights each batch reads, so each needs at least one batch to repeat (use fewer processes, or "
+        "distributed.shard = \"gradients\")",
+        c.rank, n, split_name(split_), n == 1 ? "" : "es", n + repeats,
+        c.collector ? ", and what the steps collect cannot take a repeated batch" : ""));
+  BatchPtr last;
   c.progress.begin(title, n);
   for (int64_t b = 0; b < n; ++b) {
     c.control.check_signal();
@@ -70,6 +82,8 @@ int64_t EvaluationLoop::step_through(BatchStream& batches, const std::string& ti
       BatchPtr batch = batches.next();
       if (c.collector) c.collector->begin_step(split_, batches.sample_indices(b), b);
       c.model.evaluation_step(split_, *batch, b);
+      if (c.residency) c.residency->after_batch();
+      if (repeats > 0 && b == n - 1) last = std::move(batch);
       if (c.collector) c.collector->end_step(split_);
     } catch (const HookError& e) {
       if (!in_sanity_check) throw;
@@ -82,6 +96,18 @@ int64_t EvaluationLoop::step_through(BatchStream& batches, const std::string& ti
     c.progress.step(b);
   }
   c.progress.end();
+  if (repeats > 0) {
+    // Counted nowhere: what they log is dropped (the sanity check drops all).
+    if (!in_sanity_check) c.metrics.set_aside();
+    for (int64_t r = 0; r < repeats; ++r) {
+      c.model.evaluation_step(split_, *last, n - 1);
+      c.residency->after_batch();
+    }
+    if (!in_sanity_check) {
+      c.metrics.discard();
+      c.metrics.take_back();
+    }
+  }
   return n;
 }
 

@@ -79,6 +79,11 @@ void RunCheckpoints::register_sharded_optimizer(const std::vector<at::Tensor>& o
   parts_.checkpointer.before_each_commit([this] { sharded_optimizer_part_->gather(); });
 }
 
+void RunCheckpoints::hold_whole_weights_while_committing(std::function<void()> gather, std::function<void()> release) {
+  parts_.checkpointer.before_each_commit(std::move(gather));
+  parts_.checkpointer.after_each_commit(std::move(release));
+}
+
 std::optional<double> RunCheckpoints::prepare(const TrainPosition& position, RunMetrics::Unreduced unreduced) {
   position_ = position;
   saved_by_ = SavedBy{world_size_, m_.trainer.batch_size};

@@ -68,6 +68,10 @@ class RunCheckpoints {
   // `masters`: bf16-true's float32 copies of the trainable weights, which
   // the optimizer steps (null: it steps the model's).
   void register_optimizer(const std::vector<at::Tensor>* masters = nullptr);
+  // distributed.shard = "parameters": every rank makes the weights whole
+  // before each commit (collectives) and frees them after, so rank 0 writes
+  // the param/ sections every other mode writes.
+  void hold_whole_weights_while_committing(std::function<void()> gather, std::function<void()> release);
   // The same for an optimizer over `owned` elements only (distributed.shard
   // = "optimizer"): the checkpoint holds the whole state, gathered on
   // rank 0 at each commit. `masters`: `owned` are bf16-true's float32

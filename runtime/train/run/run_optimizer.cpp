@@ -1,5 +1,7 @@
 #include "train/run/run_optimizer.hpp"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "distributed/grad_sync.hpp"
@@ -32,15 +34,34 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
   std::vector<int64_t> numels;
   for (const auto& p : state_.trainable) numels.push_back(p.numel());
   shard_layout_.emplace(std::move(numels), world_size, rank);
-  owned_ = masters ? owned_masters(state_.trainable, *shard_layout_)
-                  : ShardedStep::owned_views(state_.trainable, *shard_layout_);
+  if (shard == ShardMode::parameters) {
+    if (m_.averaging.kind != AveragingKind::none)
+      throw InputError("[averaging] keeps whole copies of the weights and updates them after every step; "
+                       "distributed.shard = \"parameters\" keeps only 1/N of them on each rank (use "
+                       "distributed.shard = \"gradients\", or remove [averaging])");
+    std::vector<at::Tensor> frozen;
+    for (const auto& [name, p] : state_.params)
+      if (std::none_of(state_.trainable.begin(), state_.trainable.end(),
+                       [&](const at::Tensor& t) { return t.unsafeGetTensorImpl() == p.unsafeGetTensorImpl(); }))
+        frozen.push_back(p);
+    parameters_.emplace(state_.trainable, *shard_layout_, frozen, group_,
+                        static_cast<int64_t>(m_.distributed.bucket_mb * 1024 * 1024));
+    checkpoints.hold_whole_weights_while_committing([this] { parameters_->gather_all(); },
+                                                    [this] { parameters_->release_all(); });
+  }
+  owned_ = masters              ? owned_masters(state_.trainable, *shard_layout_)
+           : parameters_        ? parameters_->owned_views()
+                                : ShardedStep::owned_views(state_.trainable, *shard_layout_);
   state_.optimizer = make_optimizer(m_.optimizer, groups, owned_);
   checkpoints.register_sharded_optimizer(owned_, *shard_layout_, group_, masters);
   int64_t elements = 0;
   for (const auto& v : owned_) elements += v.numel();
   spdlog::info("distributed.shard = {}: rank {} holds the optimizer's state{}{} for {} of the {} trained "
                "values ({} per rank with padding; replicated: all {})",
-               option_name(shard), rank, shard == ShardMode::gradients ? " and reduced gradients" : "",
+               option_name(shard), rank,
+               shard == ShardMode::parameters  ? ", the reduced gradients and the parameters"
+               : shard == ShardMode::gradients ? " and reduced gradients"
+                                               : "",
                masters ? " and float32 master weights" : "", elements,
                shard_layout_->total(), shard_layout_->shard_size(), shard_layout_->total());
   if (group_ && group_->reduce_scatter_is_all_reduce())
@@ -50,6 +71,10 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
 }
 
 RunOptimizer::~RunOptimizer() = default;
+
+const std::vector<at::Tensor>& RunOptimizer::stepped_weights() const {
+  return parameters_ ? owned_ : state_.trainable;
+}
 
 std::unique_ptr<OptimizerStep> RunOptimizer::step(GradScaler* scaler, NonfiniteWatch* nonfinite,
                                                   WeightAveraging* averaging, Profiler* profiler) {
@@ -67,7 +92,8 @@ std::unique_ptr<OptimizerStep> RunOptimizer::step(GradScaler* scaler, NonfiniteW
   if (whole_masters) parts.model = &state_.trainable;
   if (shard_layout_)
     return std::make_unique<ShardedStep>(parts, owned_, *shard_layout_, group_,
-                                         m_.distributed.shard == ShardMode::gradients, masters);
+                                         m_.distributed.shard != ShardMode::optimizer, masters,
+                                         parameters_ ? &*parameters_ : nullptr);
   return std::make_unique<ReplicatedStep>(parts);
 }
 

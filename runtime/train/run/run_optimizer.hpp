@@ -15,6 +15,7 @@
 #include "loop_parts/loop_parts.hpp"
 #include "optim/param_groups.hpp"
 #include "optim/shard_layout.hpp"
+#include "optim/sharded_parameters.hpp"
 #include "train/run/run_checkpoints.hpp"
 
 namespace kiln {
@@ -43,6 +44,14 @@ class RunOptimizer {
   std::unique_ptr<OptimizerStep> step(GradScaler* scaler, NonfiniteWatch* nonfinite, WeightAveraging* averaging,
                                       Profiler* profiler);
 
+  // distributed.shard = "parameters": the sharded parameters (null
+  // otherwise), to shard() once the ranks agree on the weights and to read
+  // through while the loop runs.
+  ShardedParameters* sharded_parameters() { return parameters_ ? &*parameters_ : nullptr; }
+  // What trainer.detect_nonfinite checks before a commit: the weights this
+  // rank steps (its own elements when sharded, the whole ones otherwise).
+  const std::vector<at::Tensor>& stepped_weights() const;
+
  private:
   const Manifest& m_;
   TrainingState& state_;
@@ -51,6 +60,7 @@ class RunOptimizer {
   std::optional<ShardLayout> shard_layout_;  // distributed.shard != none
   std::vector<at::Tensor> owned_;            // its views of this rank's elements (bf16-true: float32 copies)
   std::vector<at::Tensor> masters_;          // bf16-true, replicated: float32 copies of the trainable weights
+  std::optional<ShardedParameters> parameters_;  // distributed.shard = "parameters"
 };
 
 }  // namespace kiln

@@ -68,6 +68,21 @@ kiln_stage stage_of(Command command) {
   return KILN_STAGE_FIT;
 }
 
+// Evaluation under distributed.shard = "parameters": each batch frees what
+// it gathered; ranks with fewer batches repeat one.
+class ShardedResidency final : public EvaluationResidency {
+ public:
+  explicit ShardedResidency(ShardedParameters& parameters) : parameters_(parameters) {}
+  int64_t most_batches(int64_t mine) override { return parameters_.most_batches(mine); }
+  void after_batch() override {
+    parameters_.release_all();
+    parameters_.check();
+  }
+
+ private:
+  ShardedParameters& parameters_;
+};
+
 class Run {
  public:
   Run(const Manifest& manifest, Command command, const std::atomic<int>* signal, const DistEnv* dist,
@@ -354,6 +369,9 @@ class Run {
     TrainPosition start;
     if (resume_) start = checkpoints_->resume(*resume_, command_);
     agree();
+    // ZeRO-3: each rank keeps its part of the agreed (or resumed) weights.
+    ShardedParameters* sharded = optimizer_->sharded_parameters();
+    if (sharded) sharded->shard();
     // From the agreed weights (rank 0's), so every rank averages alike.
     if (averaging_) averaging_->begin_fit(resume_.has_value());
     if (averaging_ && m_.averaging.kind == AveragingKind::swa && m_.averaging.swa_lr > 0)
@@ -370,7 +388,7 @@ class Run {
         // A checkpoint at an epoch's end continues with the next epoch; its
         // steps ran in the one that ended.
         const int64_t ran_in = at.next_batch == 0 && at.epoch > 0 ? at.epoch - 1 : at.epoch;
-        return nonfinite_->may_commit(state_.trainable, at.global_step, ran_in);
+        return nonfinite_->may_commit(optimizer_->stepped_weights(), at.global_step, ran_in);
       });
     const std::unique_ptr<OptimizerStep> step =
         optimizer_->step(scaler ? &*scaler : nullptr, nonfinite.on() ? &nonfinite : nullptr,
@@ -381,7 +399,23 @@ class Run {
     FitLoop loop(*context_, settings, optimization, stop_);
     // What a user waits for on every run (bench/README.md, "Start-up").
     spdlog::debug("start-up: first training step at {:.2f} s since the process started", seconds_since_start());
-    loop.run(start);
+    if (sharded) {
+      ShardedResidency residency(*sharded);
+      context_->residency = &residency;
+      ShardedParameters::Active reading(*sharded);
+      try {
+        loop.run(start);
+      } catch (...) {
+        context_->residency = nullptr;
+        throw;
+      }
+      context_->residency = nullptr;
+      const ShardedParameters::Stats stats = sharded->stats();
+      spdlog::info("distributed.shard = parameters: {} gathers; at most {} of the {} bytes of weights whole at once",
+                   stats.gathers, stats.peak_whole_bytes, stats.total_bytes);
+    } else {
+      loop.run(start);
+    }
     if (profiler_) report_profile(*profiler_, group_.get(), m_.run.dir, rank());
     if (group_ && spdlog::should_log(spdlog::level::debug))
       if (const std::string stats = group_->gradient_stats(); !stats.empty()) spdlog::debug("{}", stats);

@@ -1,0 +1,339 @@
+// RecordFunction's layout has a field only builds without NDEBUG have;
+// LibTorch is built with it, so this file is too, whatever the build type.
+#ifndef NDEBUG
+#define NDEBUG
+#endif
+
+#include "optim/sharded_parameters.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/StorageImpl.h>
+
+#include "distributed/process_group.hpp"
+#include "util/errors.hpp"
+
+namespace kiln {
+
+struct ShardedParameters::Space {
+  std::vector<at::Tensor> params;
+  ShardLayout layout;
+  at::TensorOptions options;
+  at::Tensor shard;              // this rank's elements, padding included
+  std::vector<at::Tensor> flat;  // each parameter's storage as a 1-D tensor of its own (no version counter shared)
+};
+
+namespace {
+
+// RecordFunction takes plain function pointers: the one ShardedParameters
+// being read through is found here. One run, one at a time (Active checks).
+std::atomic<ShardedParameters*> reading{nullptr};
+
+// The buckets an operator pinned, unpinned when it ends.
+struct Pinned final : at::ObserverContext {
+  explicit Pinned(std::vector<size_t> b) : buckets(std::move(b)) {}
+  std::vector<size_t> buckets;
+};
+
+void storages_of(const c10::IValue& value, std::vector<const c10::StorageImpl*>& out) {
+  if (value.isTensor()) {
+    const at::Tensor& t = value.toTensor();
+    if (t.defined() && t.has_storage()) out.push_back(t.storage().unsafeGetStorageImpl());
+  } else if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) storages_of(element, out);
+  }
+}
+
+c10::Allocator* allocator_of(c10::StorageImpl& storage, c10::Device device) {
+  c10::Allocator* allocator = storage.allocator();
+  return allocator ? allocator : c10::GetAllocator(device.type());
+}
+
+}  // namespace
+
+// The callbacks, friends of ShardedParameters.
+struct ReadCallbacks {
+  static std::unique_ptr<at::ObserverContext> start(const at::RecordFunction& fn) {
+    ShardedParameters* parameters = reading.load(std::memory_order_acquire);
+    if (!parameters) return nullptr;
+    std::vector<const c10::StorageImpl*> storages;
+    for (const c10::IValue& input : fn.inputs()) storages_of(input, storages);
+    if (storages.empty()) return nullptr;
+    std::vector<size_t> pinned = parameters->read(storages);
+    if (pinned.empty()) return nullptr;
+    return std::make_unique<Pinned>(std::move(pinned));
+  }
+  static void end(const at::RecordFunction&, at::ObserverContext* context) {
+    ShardedParameters* parameters = reading.load(std::memory_order_acquire);
+    if (parameters && context) parameters->unpin(static_cast<Pinned*>(context)->buckets);
+  }
+};
+
+ShardedParameters::ShardedParameters(const std::vector<at::Tensor>& trainable, const ShardLayout& trainable_layout,
+                                     const std::vector<at::Tensor>& frozen, ProcessGroup* group, int64_t bucket_bytes)
+    : group_(group) {
+  std::vector<int64_t> frozen_numels;
+  for (const auto& p : frozen) frozen_numels.push_back(p.numel());
+  const std::vector<std::pair<const std::vector<at::Tensor>*, ShardLayout>> lists{
+      {&trainable, trainable_layout},
+      {&frozen, ShardLayout(frozen_numels, trainable_layout.world_size(), trainable_layout.rank())}};
+  int64_t largest = 0;
+  for (const auto& [params, layout] : lists) {
+    if (params->empty()) continue;
+    auto space = std::make_unique<Space>(Space{*params, layout, (*params)[0].options().requires_grad(false), {}, {}});
+    const char* which = params == &trainable ? "trained" : "frozen";
+    for (size_t i = 0; i < params->size(); ++i) {
+      const at::Tensor& p = (*params)[i];
+      const bool alone = p.is_contiguous() && p.storage_offset() == 0 &&
+                         p.storage().nbytes() == static_cast<size_t>(p.numel()) * p.element_size();
+      if (p.scalar_type() != space->options.dtype().toScalarType() || p.device() != space->options.device() || !alone)
+        throw InputError(std::string("distributed.shard = \"parameters\" shards parameters that each own their "
+                                     "memory, one dtype and device for the ") +
+                         which + " ones; " + which + " parameter " + std::to_string(i) + " is " +
+                         std::string(c10::toString(p.scalar_type())) + " on " + p.device().str() +
+                         (alone ? "" : ", a view into memory it shares") +
+                         " (use distributed.shard = \"gradients\")");
+      at::Tensor flat = at::empty({0}, space->options);
+      flat.set_(p.storage(), 0, {p.numel()}, {1});
+      space->flat.push_back(flat);
+    }
+    space->shard = at::zeros({layout.shard_size()}, space->options);
+    // Consecutive parameters of about bucket_bytes, at least one each.
+    const int space_index = static_cast<int>(spaces_.size());
+    for (size_t i = 0; i < params->size(); ++i) {
+      const int64_t bytes = (*params)[i].numel() * static_cast<int64_t>((*params)[i].element_size());
+      if (buckets_.empty() || buckets_.back().space != space_index || buckets_.back().bytes + bytes > bucket_bytes)
+        buckets_.push_back(Bucket{space_index, i, i});
+      Bucket& b = buckets_.back();
+      b.last = i + 1;
+      b.bytes += bytes;
+      largest = std::max(largest, b.bytes);
+      bucket_of_[(*params)[i].storage().unsafeGetStorageImpl()] = buckets_.size() - 1;
+    }
+    spaces_.push_back(std::move(space));
+  }
+  budget_bytes_ = 2 * bucket_bytes;
+  for (const Bucket& b : buckets_) stats_.whole_bytes += b.bytes;
+  stats_.total_bytes = stats_.whole_bytes;
+}
+
+ShardedParameters::~ShardedParameters() {
+  ShardedParameters* self = this;
+  reading.compare_exchange_strong(self, nullptr);
+}
+
+std::vector<at::Tensor> ShardedParameters::owned_views() const {
+  std::vector<at::Tensor> out;
+  if (spaces_.empty() || spaces_[0]->params.empty()) return out;
+  const Space& s = *spaces_[0];
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    const ShardLayout::Run run = s.layout.owned(i);
+    at::Tensor view = s.shard.detach().narrow(0, run.length ? s.layout.position_in_shard(i) : 0, run.length);
+    view.set_requires_grad(true);
+    out.push_back(view);
+  }
+  return out;
+}
+
+void ShardedParameters::shard() {
+  std::lock_guard lock(mutex_);
+  at::NoGradGuard no_grad;
+  at::RecordFunctionGuard quiet(false);
+  for (const auto& space : spaces_)
+    for (size_t i = 0; i < space->params.size(); ++i) {
+      const ShardLayout::Run run = space->layout.owned(i);
+      if (run.length > 0)
+        space->shard.narrow(0, space->layout.position_in_shard(i), run.length)
+            .copy_(space->flat[i].narrow(0, run.begin, run.length));
+    }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (buckets_[b].whole) free(b);
+  sharded_ = true;
+  stats_.peak_whole_bytes = 0;
+}
+
+void ShardedParameters::round_into_shard(const std::vector<at::Tensor>& masters) {
+  at::NoGradGuard no_grad;
+  at::RecordFunctionGuard quiet(false);
+  const std::vector<at::Tensor> owned = owned_views();
+  for (size_t i = 0; i < owned.size() && i < masters.size(); ++i)
+    if (owned[i].numel() > 0) owned[i].detach().copy_(masters[i]);
+}
+
+ShardedParameters::Active::Active(ShardedParameters& parameters) : parameters_(parameters) {
+  ShardedParameters* none = nullptr;
+  if (!reading.compare_exchange_strong(none, &parameters))
+    throw std::logic_error("two sharded parameter sets read at once");
+  handle_ = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&ReadCallbacks::start, &ReadCallbacks::end)
+          .needsInputs(true)
+          .scopes({at::RecordScope::FUNCTION}));
+}
+
+ShardedParameters::Active::~Active() {
+  at::removeCallback(handle_);
+  ShardedParameters* self = &parameters_;
+  reading.compare_exchange_strong(self, nullptr);
+}
+
+std::vector<size_t> ShardedParameters::read(const std::vector<const c10::StorageImpl*>& storages) {
+  std::vector<size_t> out;
+  std::lock_guard lock(mutex_);
+  if (!sharded_) return out;
+  for (const c10::StorageImpl* s : storages) {
+    const auto it = bucket_of_.find(s);
+    if (it != bucket_of_.end() && std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
+  }
+  if (out.empty()) return out;
+  // What this does dispatches operators too: not read again.
+  at::RecordFunctionGuard quiet(false);
+  at::NoGradGuard no_grad;
+  int64_t needed = 0;
+  for (size_t b : out) {
+    ++buckets_[b].pins;
+    buckets_[b].used = ++clock_;
+    if (!buckets_[b].whole) needed += buckets_[b].bytes;
+  }
+  // Room first, the least recently read freed, never one a running
+  // operator reads.
+  while (!hold_all_ && stats_.whole_bytes + needed > budget_bytes_) {
+    size_t oldest = buckets_.size();
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (buckets_[b].whole && buckets_[b].pins == 0 && (oldest == buckets_.size() || buckets_[b].used < buckets_[oldest].used))
+        oldest = b;
+    if (oldest == buckets_.size()) break;
+    free(oldest);
+  }
+  for (size_t b : out) {
+    if (buckets_[b].whole) continue;
+    if (failure_) {
+      fill_nan(b);
+      continue;
+    }
+    try {
+      gather(b);
+    } catch (const std::exception& e) {
+      // A callback cannot stop the operator: it reads NaN, and the step
+      // ends with this at check().
+      failure_ = std::string("gathering sharded parameters failed (another rank failed or stopped responding): ") +
+                 one_line(e.what());
+      fill_nan(b);
+    }
+  }
+  return out;
+}
+
+void ShardedParameters::unpin(const std::vector<size_t>& buckets) {
+  std::lock_guard lock(mutex_);
+  for (size_t b : buckets) --buckets_[b].pins;
+}
+
+void ShardedParameters::gather(size_t bucket) {
+  Bucket& b = buckets_[bucket];
+  Space& s = *spaces_[b.space];
+  for (size_t i = b.first; i < b.last; ++i) {
+    const at::Tensor& p = s.params[i];
+    c10::StorageImpl& storage = *p.storage().unsafeGetStorageImpl();
+    const size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
+    storage.set_data_ptr_noswap(allocator_of(storage, p.device())->allocate(bytes));
+    storage.set_nbytes(bytes);
+  }
+  b.whole = true;
+  stats_.whole_bytes += b.bytes;
+  if (!hold_all_) stats_.peak_whole_bytes = std::max(stats_.peak_whole_bytes, stats_.whole_bytes);
+  ++stats_.gathers;
+  const ShardLayout& layout = s.layout;
+  const int64_t begin = layout.offset(b.first);
+  const int64_t count = layout.offset(b.last - 1) + layout.numel(b.last - 1) - begin;
+  // Values for the flat range [first, first + n) into the parameters there.
+  auto take = [&](int64_t first, const at::Tensor& values) {
+    const int64_t end = first + values.numel();
+    for (size_t i = b.first; i < b.last; ++i) {
+      const int64_t lo = std::max(first, layout.offset(i)), hi = std::min(end, layout.offset(i) + layout.numel(i));
+      if (hi > lo) s.flat[i].narrow(0, lo - layout.offset(i), hi - lo).copy_(values.narrow(0, lo - first, hi - lo));
+    }
+  };
+  const int64_t mine = layout.rank() * layout.shard_size();
+  auto give = [&](int64_t first, at::Tensor& place) { place.copy_(s.shard.narrow(0, first - mine, place.numel())); };
+  if (group_ && layout.world_size() > 1)
+    group_->gather_range(begin, count, layout.shard_size(), s.options, give, take, "its part of the parameters");
+  else
+    take(begin, s.shard.narrow(0, begin, count));
+}
+
+void ShardedParameters::free(size_t bucket) {
+  Bucket& b = buckets_[bucket];
+  Space& s = *spaces_[b.space];
+  for (size_t i = b.first; i < b.last; ++i) {
+    c10::StorageImpl& storage = *s.params[i].storage().unsafeGetStorageImpl();
+    storage.set_data_ptr_noswap(at::DataPtr(nullptr, s.params[i].device()));
+    storage.set_nbytes(0);
+  }
+  b.whole = false;
+  stats_.whole_bytes -= b.bytes;
+}
+
+void ShardedParameters::fill_nan(size_t bucket) {
+  Bucket& b = buckets_[bucket];
+  Space& s = *spaces_[b.space];
+  for (size_t i = b.first; i < b.last; ++i) {
+    const at::Tensor& p = s.params[i];
+    c10::StorageImpl& storage = *p.storage().unsafeGetStorageImpl();
+    const size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
+    storage.set_data_ptr_noswap(allocator_of(storage, p.device())->allocate(bytes));
+    storage.set_nbytes(bytes);
+    s.flat[i].fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+  b.whole = true;
+  stats_.whole_bytes += b.bytes;
+}
+
+void ShardedParameters::release_all() {
+  std::lock_guard lock(mutex_);
+  hold_all_ = false;
+  if (!sharded_) return;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (buckets_[b].whole && buckets_[b].pins == 0) free(b);
+}
+
+void ShardedParameters::check() const {
+  std::lock_guard lock(mutex_);
+  if (failure_) throw PeerFailure(*failure_);
+}
+
+void ShardedParameters::gather_all() {
+  std::lock_guard lock(mutex_);
+  if (!sharded_) return;
+  at::RecordFunctionGuard quiet(false);
+  at::NoGradGuard no_grad;
+  hold_all_ = true;
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!buckets_[b].whole) {
+      if (failure_) {
+        fill_nan(b);
+        continue;
+      }
+      gather(b);
+    }
+}
+
+int64_t ShardedParameters::most_batches(int64_t mine) {
+  if (!group_ || group_->world_size() == 1) return mine;
+  at::Tensor counts = at::zeros({group_->world_size()}, at::kDouble);
+  counts[group_->rank()] = static_cast<double>(mine);
+  group_->all_reduce_sum(counts, "its number of evaluation batches");
+  return static_cast<int64_t>(counts.max().item<double>());
+}
+
+ShardedParameters::Stats ShardedParameters::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace kiln

@@ -1,0 +1,139 @@
+// distributed.shard = "parameters" (ZeRO stage 3, FSDP's FULL_SHARD): each
+// rank keeps only its 1/N of every parameter's elements, frozen ones
+// included, and a parameter is whole only while an operator reads it.
+//
+// The model's parameters keep their shapes, but between uses their storage
+// holds no memory (FSDP1's _free_storage). A RecordFunction callback, on
+// for the loop's thread while a ShardedParameters::Active lives, looks at
+// the inputs of every operator LibTorch dispatches: before one reads a
+// parameter or a view of one (a weight autograd saved for backward
+// included), the parameter's bucket is gathered from the ranks that hold
+// it (ProcessGroup::gather_range). No plugin cooperates or knows: a C++
+// module, an exported program and activation checkpointing's recompute all
+// dispatch their operators. Buckets are consecutive parameters of about
+// `bucket_bytes`; at most twice that stays whole beyond what the running
+// operator reads, the least recently read freed first, and every
+// bucket is freed after each backward and each evaluation batch. Every
+// rank runs the same operators in the same order, so every rank gathers
+// the same buckets in the same order: the gathers are collectives that
+// need no agreement.
+//
+// Refilling a storage writes through a tensor of its own over it (not the
+// parameter), so the parameter's version counter does not move and
+// autograd's saved tensors stay valid.
+//
+// The trained parameters' shard is the optimizer's: owned_views() are its
+// parameters (optim/sharded_step.hpp), so a step updates the shard in
+// place and nothing is gathered after it.
+//
+// Thread: the callbacks run on whichever thread dispatches an operator
+// while Active lives there (the loop's, and the autograd engine's, which
+// inherits it); the rest on the loop's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "optim/shard_layout.hpp"
+
+namespace kiln {
+
+class ProcessGroup;
+
+class ShardedParameters {
+ public:
+  // `trainable`: the optimizer's parameters, in the layout `trainable_layout`
+  // (ShardedStep's); `frozen`: every other parameter (its own layout, in
+  // order). Each list shares one dtype and device. `group` is null in one
+  // process. Throws InputError (one line) for parameters it cannot shard.
+  ShardedParameters(const std::vector<at::Tensor>& trainable, const ShardLayout& trainable_layout,
+                    const std::vector<at::Tensor>& frozen, ProcessGroup* group, int64_t bucket_bytes);
+  ~ShardedParameters();
+  ShardedParameters(const ShardedParameters&) = delete;
+  ShardedParameters& operator=(const ShardedParameters&) = delete;
+
+  // The optimizer's parameters: for each trainable parameter, a 1-D leaf
+  // over this rank's elements in its shard (empty where it owns none).
+  std::vector<at::Tensor> owned_views() const;
+  // Takes this rank's elements from the whole parameters (the agreed or
+  // resumed ones), then frees every parameter's storage.
+  void shard();
+  bool sharded() const { return sharded_; }
+  // bf16-true: the float32 masters (one per trainable parameter, as
+  // owned_views()), rounded into the shard after a step.
+  void round_into_shard(const std::vector<at::Tensor>& masters);
+
+  // While alive, the operators this thread dispatches gather what they read.
+  class Active {
+   public:
+    explicit Active(ShardedParameters& parameters);
+    ~Active();
+    Active(const Active&) = delete;
+    Active& operator=(const Active&) = delete;
+
+   private:
+    ShardedParameters& parameters_;
+    uint64_t handle_;
+  };
+
+  // Frees every whole bucket (after a backward, an evaluation batch, a
+  // checkpoint's commit).
+  void release_all();
+  // Throws PeerFailure if a gather failed: its parameters held NaN
+  // meanwhile, so nothing computed since counts.
+  void check() const;
+  // Every parameter whole until release_all() (a checkpoint's param/ sections).
+  void gather_all();
+  // The most batches any rank has of an evaluation this rank has `mine` of
+  // (a sum over ranks): a rank with fewer repeats its last batch, uncounted,
+  // so that every rank gathers as often.
+  int64_t most_batches(int64_t mine);
+
+  // Gathers, and the bytes whole now and at most (for the log and tests).
+  struct Stats {
+    int64_t gathers = 0;
+    int64_t whole_bytes = 0, peak_whole_bytes = 0;  // since shard(), but for checkpoints' gather_all()
+    int64_t total_bytes = 0;                        // every parameter's
+  };
+  Stats stats() const;
+
+ private:
+  struct Space;
+  struct Bucket {
+    int space;
+    size_t first, last;  // parameters [first, last) of the space
+    int64_t bytes = 0;
+    bool whole = true;
+    int pins = 0;        // operators running that read it
+    uint64_t used = 0;   // when last read (for the least recently read)
+  };
+  friend struct ReadCallbacks;
+
+  // The buckets an operator's inputs read, gathered, pinned until it ends.
+  std::vector<size_t> read(const std::vector<const c10::StorageImpl*>& storages);
+  void unpin(const std::vector<size_t>& buckets);
+  void gather(size_t bucket);
+  void free(size_t bucket);
+  void fill_nan(size_t bucket);
+
+  std::vector<std::unique_ptr<Space>> spaces_;
+  std::vector<Bucket> buckets_;
+  std::unordered_map<const c10::StorageImpl*, size_t> bucket_of_;
+  ProcessGroup* group_;
+  int64_t budget_bytes_;  // whole beyond the running operator's
+  bool sharded_ = false;
+  bool hold_all_ = false;  // gather_all() until release_all(): nothing freed
+  mutable std::mutex mutex_;
+  uint64_t clock_ = 0;
+  Stats stats_;
+  std::optional<std::string> failure_;  // the first gather that failed
+};
+
+}  // namespace kiln
