@@ -157,6 +157,8 @@ class StepCollector {
   // `batch` of the epoch). end_step throws when the step collected wrongly.
   virtual void begin_step(kiln_split split, std::vector<int64_t> indices, int64_t batch) = 0;
   virtual void end_step(kiln_split split) = 0;
+  // Ends a step whose rows are dropped (a repeated batch: EvaluationResidency).
+  virtual void drop_step(kiln_split split) = 0;
   // Every rank together, after the epoch's last step of `split` and before
   // its metrics are reduced.
   virtual void end_epoch(kiln_split split, const kiln_progress& progress) = 0;

@@ -247,6 +247,15 @@ std::string Collection::end_step() {
   return "";
 }
 
+void Collection::drop_step() {
+  in_step_ = false;
+  for (auto& c : names_)
+    if (std::find(step_names_.begin(), step_names_.end(), c.name) != step_names_.end()) c.chunks.pop_back();
+  names_.erase(std::remove_if(names_.begin(), names_.end(), [](const Column& c) { return c.chunks.empty(); }),
+               names_.end());
+  step_names_.clear();
+}
+
 std::vector<std::string> Collection::columns() const {
   std::vector<std::string> out;
   for (const auto& c : names_) out.push_back(column_line(c.name, c.dtype, c.trailing));

@@ -31,6 +31,9 @@ class Collection {
   std::string add(const std::string& name, const at::Tensor& rows);
   // Closes the step: "" or why what it collected is incomplete.
   std::string end_step();
+  // Ends a step whose rows are not kept (a batch repeated only so that
+  // every rank runs as many: distributed.shard = "parameters").
+  void drop_step();
 
   // What this rank holds, for the cross-rank check and the limit: one line
   // per name ("<name> <dtype> [<trailing shape>]"), in name order.

@@ -122,6 +122,7 @@ struct FakeCollector final : StepCollector {
     const std::string problem = collection.end_step();
     if (!problem.empty()) throw std::runtime_error(problem);
   }
+  void drop_step(kiln_split) override { collection.drop_step(); }
   void end_epoch(kiln_split, const kiln_progress&) override {
     const auto merged = merge_collections({collection.serialize()});
     collection.clear();

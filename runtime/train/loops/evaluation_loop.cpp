@@ -67,14 +67,14 @@ int64_t EvaluationLoop::step_through(BatchStream& batches, const std::string& ti
   // padded) runs its last one again, uncounted, as often as the others run
   // one more, so that every rank gathers as often.
   const int64_t repeats = c.residency ? c.residency->most_batches(n) - n : 0;
-  if (repeats > 0 && (n == 0 || c.collector))
+  if (repeats > 0 && n == 0)
     throw InputError(fmt::format(
-        "distributed.shard = \"parameters\": rank {} has {} {} batch{} where another has {}{}; every rank gathers "
-        "the weights each batch reads, so each needs at least one batch to repeat (use fewer processes, or "
-        "distributed.shard = \"gradients\")",
-        c.rank, n, split_name(split_), n == 1 ? "" : "es", n + repeats,
-        c.collector ? ", and what the steps collect cannot take a repeated batch" : ""));
+        "distributed.shard = \"parameters\": rank {} has no {} batch where another has {}; every rank gathers the "
+        "weights each batch reads, so each needs a batch to repeat (use fewer processes, or distributed.shard = "
+        "\"gradients\")",
+        c.rank, split_name(split_), repeats));
   BatchPtr last;
+  std::vector<int64_t> last_indices;
   c.progress.begin(title, n);
   for (int64_t b = 0; b < n; ++b) {
     c.control.check_signal();
@@ -83,7 +83,10 @@ int64_t EvaluationLoop::step_through(BatchStream& batches, const std::string& ti
       if (c.collector) c.collector->begin_step(split_, batches.sample_indices(b), b);
       c.model.evaluation_step(split_, *batch, b);
       if (c.residency) c.residency->after_batch();
-      if (repeats > 0 && b == n - 1) last = std::move(batch);
+      if (repeats > 0 && b == n - 1) {
+        last = std::move(batch);
+        last_indices = batches.sample_indices(b);
+      }
       if (c.collector) c.collector->end_step(split_);
     } catch (const HookError& e) {
       if (!in_sanity_check) throw;
@@ -100,7 +103,9 @@ int64_t EvaluationLoop::step_through(BatchStream& batches, const std::string& ti
     // Counted nowhere: what they log is dropped (the sanity check drops all).
     if (!in_sanity_check) c.metrics.set_aside();
     for (int64_t r = 0; r < repeats; ++r) {
+      if (c.collector) c.collector->begin_step(split_, last_indices, n - 1);
       c.model.evaluation_step(split_, *last, n - 1);
+      if (c.collector) c.collector->drop_step(split_);
       c.residency->after_batch();
     }
     if (!in_sanity_check) {

@@ -150,6 +150,16 @@ void EpochCollections::end_step(kiln_split split) {
   if (!problem.empty()) throw HookError(model_ ? model_->id() : "model", "model", step_hook(split), problem);
 }
 
+void EpochCollections::drop_step(kiln_split split) {
+  if (active_ == 0) {
+    raise_pending(step_hook(split));
+    return;
+  }
+  active_ = 0;
+  of(split).drop_step();
+  raise_pending(step_hook(split));
+}
+
 int64_t EpochCollections::agree(kiln_split split, const Collection& mine) {
   std::string text = fmt::format("{} {} {}\n", mine.steps(), mine.rows(), mine.bytes());
   for (const std::string& column : mine.columns()) text += column + "\n";

@@ -42,6 +42,7 @@ class EpochCollections final : public StepCollector {
   // StepCollector (the loops).
   void begin_step(kiln_split split, std::vector<int64_t> indices, int64_t batch) override;
   void end_step(kiln_split split) override;
+  void drop_step(kiln_split split) override;
   void end_epoch(kiln_split split, const kiln_progress& progress) override;
   void discard(kiln_split split) override { of(split).clear(); }
 
