@@ -385,6 +385,11 @@ TEST(ShardedParameters, EachRankHoldsItsPartAndTheRunKeepsTheReplicatedRunsBits)
   EXPECT_GE(gathers, 45 * 7) << "45 steps, each gathering 6 weights, then fc2's again";
   expect_equal_sections(trained_state(dir / "replicated"), trained_state(dir / "parameters"));
   EXPECT_EQ(metric_columns(dir / "replicated"), metric_columns(dir / "parameters"));
+  // Over Gloo (as across hosts; NCCL's path): each rank's part padded to the chunk, all-gathered.
+  std::vector<std::string> gloo = with_shard(two, "parameters");
+  gloo.insert(gloo.end(), {"--set", "distributed.intra_host=gloo"});
+  fit("parameters_gloo", gloo);
+  expect_equal_sections(trained_state(dir / "replicated"), trained_state(dir / "parameters_gloo"));
 
   // Accumulation: ZeRO-2's bits, at 3 processes. 61 validation samples
   // are 21, 20 and 20 a rank, 3 batches on rank 0 and 2 on the others,
@@ -426,7 +431,7 @@ TEST(ShardedParameters, EachRankHoldsItsPartAndTheRunKeepsTheReplicatedRunsBits)
 // its master rounded). The replicated buckets and the sharded
 // reduce-scatter both sum float32 and round the mean once, so the modes
 // keep each other's bits: ZeRO-1 with accumulation at 2 processes, ZeRO-2
-// at 3 (395 values do not divide by 3), each also stopped and resumed (in
+// and ZeRO-3 at 3 (395 values do not divide by 3), each also stopped and resumed (in
 // another mode, or the same) from its checkpoint's masters. A float32
 // evaluation of a bf16-true checkpoint reads its weights as float32, and
 // [averaging] with bf16-true is refused at start.
@@ -485,6 +490,10 @@ TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
   const std::vector<std::string> three{"-n", "3", "--set", "trainer.accumulate_grad_batches=1"};
   fit("replicated3", three);
   expect_same_bf16(trained_state(dir / "replicated3"), resumed("zero2", three, "gradients", "gradients"));
+  // ZeRO-3: the bfloat16 weights sharded too, gathered an operator at a time.
+  std::vector<std::string> buckets = three;
+  buckets.insert(buckets.end(), {"--set", "distributed.bucket_mb=0.0001"});
+  expect_same_bf16(trained_state(dir / "replicated3"), resumed("zero3", buckets, "parameters", "parameters"));
 
   // Evaluated in float32: the bfloat16 weights read as float32, exactly.
   const ProcessResult validated =
