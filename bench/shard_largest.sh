@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The largest model this machine trains with Adam under distributed.shard =
-# none, optimizer (ZeRO-1) and gradients (ZeRO-2), at each process count.
+# none, optimizer (ZeRO-1), gradients (ZeRO-2) and parameters (ZeRO-3:
+# KILN_SHARD_MODES="... parameters"), at each process count.
 # The model is a deep wide MLP on Fashion-MNIST, 784-W-W-W-W-10 (P = 3W^2 +
 # 798W + 10 values), 1 thread a rank, batches of 32 (activations are a few MB
 # at any width here), 1 epoch of 2 steps, no validation, no test, and no
@@ -143,8 +144,8 @@ for n in "${procs[@]}"; do
     # 4 (master) + 4 (its float32 gradient) + 8, the reduced gradients
     # float32 (4/N) where sharded.
     formula=$(awk -v n="$n" -v m="$mode" -v bf="$([ "$precision" = bf16-true ] && echo 1 || echo 0)" 'BEGIN {
-      if (bf) print (m == "none") ? 20 : (m == "optimizer") ? 4 + 16 / n : 2 + 16 / n
-      else print (m == "none") ? 16 : (m == "optimizer") ? 8 + 12 / n : 4 + 12 / n }')
+      if (bf) print (m == "none") ? 20 : (m == "optimizer") ? 4 + 16 / n : (m == "gradients") ? 2 + 16 / n : 18 / n
+      else print (m == "none") ? 16 : (m == "optimizer") ? 8 + 12 / n : (m == "gradients") ? 4 + 12 / n : 16 / n }')
     table+=("$(printf "| %s | %s | %.1f (%s) | %d | %d (%.1f M) | %.1f M | %s | %s |" "$n" "$mode" "$b" "$formula" \
       $((a / 1024 / 1024)) "$w" "$(awk -v p="$p" 'BEGIN {print p / 1e6}')" \
       "$(awk -v p="$p_total" 'BEGIN {print p / 1e6}')" "$sum_gib" "$ratio")")

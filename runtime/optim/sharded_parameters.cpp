@@ -245,6 +245,8 @@ void ShardedParameters::gather(size_t bucket) {
     storage.set_nbytes(bytes);
   }
   b.whole = true;
+  b.versions.clear();
+  for (size_t i = b.first; i < b.last; ++i) b.versions.push_back(s.params[i]._version());
   stats_.whole_bytes += b.bytes;
   if (!hold_all_) stats_.peak_whole_bytes = std::max(stats_.peak_whole_bytes, stats_.whole_bytes);
   ++stats_.gathers;
@@ -270,6 +272,12 @@ void ShardedParameters::gather(size_t bucket) {
 void ShardedParameters::free(size_t bucket) {
   Bucket& b = buckets_[bucket];
   Space& s = *spaces_[b.space];
+  for (size_t i = b.first; i < b.last && !written_; ++i)
+    if (i - b.first < b.versions.size() && s.params[i]._version() != b.versions[i - b.first])
+      written_ = std::string("something wrote into ") + (b.space == 0 ? "trained" : "frozen") + " parameter " +
+                 std::to_string(i) + " while it was gathered whole (an in-place operation in a plugin's hook?); "
+                 "with distributed.shard = \"parameters\" each rank keeps only its part, so the write would be lost "
+                 "(change weights only through the optimizer, or use distributed.shard = \"gradients\")";
   for (size_t i = b.first; i < b.last; ++i) {
     c10::StorageImpl& storage = *s.params[i].storage().unsafeGetStorageImpl();
     storage.set_data_ptr_noswap(at::DataPtr(nullptr, s.params[i].device()));
@@ -291,6 +299,7 @@ void ShardedParameters::fill_nan(size_t bucket) {
     s.flat[i].fill_(std::numeric_limits<double>::quiet_NaN());
   }
   b.whole = true;
+  b.versions.clear();
   stats_.whole_bytes += b.bytes;
 }
 
@@ -305,6 +314,7 @@ void ShardedParameters::release_all() {
 void ShardedParameters::check() const {
   std::lock_guard lock(mutex_);
   if (failure_) throw PeerFailure(*failure_);
+  if (written_) throw std::runtime_error(*written_);
 }
 
 void ShardedParameters::gather_all() {

@@ -87,7 +87,9 @@ class ShardedParameters {
   // checkpoint's commit).
   void release_all();
   // Throws PeerFailure if a gather failed: its parameters held NaN
-  // meanwhile, so nothing computed since counts.
+  // meanwhile, so nothing computed since counts. Throws std::runtime_error
+  // if something wrote into a whole parameter (its version counter moved):
+  // the write was to a copy the next free drops, never to this rank's part.
   void check() const;
   // Every parameter whole until release_all() (a checkpoint's param/ sections).
   void gather_all();
@@ -113,6 +115,7 @@ class ShardedParameters {
     bool whole = true;
     int pins = 0;        // operators running that read it
     uint64_t used = 0;   // when last read (for the least recently read)
+    std::vector<int64_t> versions;  // each parameter's version counter when gathered
   };
   friend struct ReadCallbacks;
 
@@ -134,6 +137,7 @@ class ShardedParameters {
   uint64_t clock_ = 0;
   Stats stats_;
   std::optional<std::string> failure_;  // the first gather that failed
+  std::optional<std::string> written_;  // the first parameter something wrote into while whole
 };
 
 }  // namespace kiln
