@@ -234,20 +234,26 @@ void ShardedParameters::unpin(const std::vector<size_t>& buckets) {
   for (size_t b : buckets) --buckets_[b].pins;
 }
 
-void ShardedParameters::gather(size_t bucket) {
+void ShardedParameters::allocate(size_t bucket) {
   Bucket& b = buckets_[bucket];
   Space& s = *spaces_[b.space];
+  b.versions.clear();
   for (size_t i = b.first; i < b.last; ++i) {
     const at::Tensor& p = s.params[i];
     c10::StorageImpl& storage = *p.storage().unsafeGetStorageImpl();
     const size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
     storage.set_data_ptr_noswap(allocator_of(storage, p.device())->allocate(bytes));
     storage.set_nbytes(bytes);
+    b.versions.push_back(p._version());
   }
   b.whole = true;
-  b.versions.clear();
-  for (size_t i = b.first; i < b.last; ++i) b.versions.push_back(s.params[i]._version());
   stats_.whole_bytes += b.bytes;
+}
+
+void ShardedParameters::gather(size_t bucket) {
+  allocate(bucket);
+  Bucket& b = buckets_[bucket];
+  Space& s = *spaces_[b.space];
   if (!hold_all_) stats_.peak_whole_bytes = std::max(stats_.peak_whole_bytes, stats_.whole_bytes);
   ++stats_.gathers;
   const ShardLayout& layout = s.layout;
@@ -288,19 +294,9 @@ void ShardedParameters::free(size_t bucket) {
 }
 
 void ShardedParameters::fill_nan(size_t bucket) {
-  Bucket& b = buckets_[bucket];
-  Space& s = *spaces_[b.space];
-  for (size_t i = b.first; i < b.last; ++i) {
-    const at::Tensor& p = s.params[i];
-    c10::StorageImpl& storage = *p.storage().unsafeGetStorageImpl();
-    const size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
-    storage.set_data_ptr_noswap(allocator_of(storage, p.device())->allocate(bytes));
-    storage.set_nbytes(bytes);
-    s.flat[i].fill_(std::numeric_limits<double>::quiet_NaN());
-  }
-  b.whole = true;
-  b.versions.clear();
-  stats_.whole_bytes += b.bytes;
+  allocate(bucket);
+  const Bucket& b = buckets_[bucket];
+  for (size_t i = b.first; i < b.last; ++i) spaces_[b.space]->flat[i].fill_(std::numeric_limits<double>::quiet_NaN());
 }
 
 void ShardedParameters::release_all() {

@@ -122,6 +122,7 @@ class ShardedParameters {
   // The buckets an operator's inputs read, gathered, pinned until it ends.
   std::vector<size_t> read(const std::vector<const c10::StorageImpl*>& storages);
   void unpin(const std::vector<size_t>& buckets);
+  void allocate(size_t bucket);  // memory for its parameters, whole from now (their values not yet)
   void gather(size_t bucket);
   void free(size_t bucket);
   void fill_nan(size_t bucket);
