@@ -108,8 +108,12 @@ ShardedParameters::ShardedParameters(const std::vector<at::Tensor>& trainable, c
     const int space_index = static_cast<int>(spaces_.size());
     for (size_t i = 0; i < params->size(); ++i) {
       const int64_t bytes = (*params)[i].numel() * static_cast<int64_t>((*params)[i].element_size());
-      if (buckets_.empty() || buckets_.back().space != space_index || buckets_.back().bytes + bytes > bucket_bytes)
-        buckets_.push_back(Bucket{space_index, i, i});
+      if (buckets_.empty() || buckets_.back().space != space_index || buckets_.back().bytes + bytes > bucket_bytes) {
+        Bucket bucket;
+        bucket.space = space_index;
+        bucket.first = bucket.last = i;
+        buckets_.push_back(std::move(bucket));
+      }
       Bucket& b = buckets_.back();
       b.last = i + 1;
       b.bytes += bytes;

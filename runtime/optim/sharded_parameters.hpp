@@ -109,8 +109,8 @@ class ShardedParameters {
  private:
   struct Space;
   struct Bucket {
-    int space;
-    size_t first, last;  // parameters [first, last) of the space
+    int space = 0;
+    size_t first = 0, last = 0;  // parameters [first, last) of the space
     int64_t bytes = 0;
     bool whole = true;
     int pins = 0;        // operators running that read it
