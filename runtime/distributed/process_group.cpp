@@ -140,10 +140,10 @@ c10::intrusive_ptr<c10d::Store> open_store(const DistEnv& env, int rank, int wor
 // when the device's group is NCCL. Called once every rank is in the store, so
 // Gloo's address exchange is quick; its timeout is also every collective's
 // that gives none (the DDP Reducer's): the full timeout.
-c10::intrusive_ptr<c10d::ProcessGroup> connect_control_group(const c10::intrusive_ptr<c10d::Store>& store,
-                                                             const DistEnv& env, int rank, int world_size,
-                                                             std::chrono::milliseconds timeout,
-                                                             const std::string& where) {
+c10::intrusive_ptr<c10d::ProcessGroup> connect_gloo_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                          const DistEnv& env, int rank, int world_size,
+                                                          std::chrono::milliseconds timeout, const std::string& where,
+                                                          const std::string& keys) {
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
   // Which interface Gloo binds, as PyTorch decides it: GLOO_SOCKET_IFNAME if
   // set; loopback when the whole run is on this machine; else the address
@@ -156,7 +156,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> connect_control_group(const c10::intrusiv
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
   try {
-    return c10d_compat::gloo_group(c10::make_intrusive<c10d::PrefixStore>("control", store), rank, world_size,
+    return c10d_compat::gloo_group(c10::make_intrusive<c10d::PrefixStore>(keys, store), rank, world_size,
                                    gloo_options);
   } catch (const std::exception& e) {
     throw PeerFailure("rendezvous at " + where + ": connecting the ranks failed: " + one_line(e.what()));
@@ -165,17 +165,17 @@ c10::intrusive_ptr<c10d::ProcessGroup> connect_control_group(const c10::intrusiv
 
 // Rank 0's side of the shared-memory set-up: creates the segment and names it
 // in the store, or names none. Returns why this rank cannot use it, or "".
-std::string offer_segment(c10d::Store& store, int world_size, size_t slot, size_t bytes,
+std::string offer_segment(c10d::Store& store, const std::string& key, int world_size, size_t slot, size_t bytes,
                           std::optional<ShmSegment>& segment) {
   std::random_device random;
   const uint64_t nonce = (static_cast<uint64_t>(random()) << 32) | random();
   try {
     segment.emplace(ShmSegment::create(bytes));
     ShmAllReduce::initialise(*segment, world_size, slot, nonce);
-    store.set("shm/name", text_bytes(segment->name() + " " + std::to_string(nonce)));
+    store.set(key, text_bytes(segment->name() + " " + std::to_string(nonce)));
     return "";
   } catch (const std::exception& e) {
-    store.set("shm/name", text_bytes(""));
+    store.set(key, text_bytes(""));
     return e.what();
   }
 }
@@ -216,18 +216,19 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
     await_listening_store(env, deadline, timeout_, where, [this] { check_interrupted("the rendezvous"); });
   store_ = open_store(env, rank_, world_size_, timeout_, where);
   arrive(deadline, where);
-  control_ = connect_control_group(store_, env, rank_, world_size_, timeout_, where);
+  control_ = connect_gloo_group(store_, env, rank_, world_size_, timeout_, where, "control");
   group_ = control_;
   const bool nccl = wants_nccl(config, device);
   // CPU gradients between ranks of one host: shared memory, unless told not to.
   if (!nccl && config.intra_host != IntraHost::gloo) {
     const std::string why_not = env.local_world_size == env.world_size
-                                    ? join_shared_memory(Clock::now() + timeout_)
+                                    ? join_shared_memory(Clock::now() + timeout_, "shm/", shm_)
                                     : "the ranks are on " + std::to_string(env.world_size / std::max<int64_t>(env.local_world_size, 1)) +
                                           " hosts";
     if (!why_not.empty() && config.intra_host == IntraHost::shm)
       throw std::runtime_error("distributed.intra_host = \"shm\", but the ranks cannot share memory: " + why_not +
                                " (use intra_host = \"auto\" or \"gloo\")");
+    if (shm_) grads_ = c10d_compat::shm_group(store_, shm_);
   }
   if (nccl) {
 #ifdef KILN_WITH_NCCL
@@ -238,21 +239,39 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
                              "against a LibTorch without NCCL; use backend = \"gloo\"");
 #endif
   }
+  // ZeRO-3's gathers run on a thread of their own, beside the loop's
+  // collectives (a bucket is fetched while the one before it is computed
+  // with: optim/sharded_parameters.hpp), so they have a channel of their
+  // own. Two threads' collectives on one channel would interleave
+  // differently on each rank.
+  if (config.shard == ShardMode::parameters && world_size_ > 1) {
+    if (nccl) {
+#ifdef KILN_WITH_NCCL
+      gathers_ = c10d_compat::nccl_group(c10::make_intrusive<c10d::PrefixStore>("gathers", store_), rank_, world_size_,
+                                         timeout_);
+#endif
+    } else {
+      gathers_ = connect_gloo_group(store_, env, rank_, world_size_, timeout_, where, "gathers");
+      // Without a segment of their own (the ranks agree), over Gloo.
+      if (shm_) join_shared_memory(Clock::now() + timeout_, "shm-gathers/", gather_shm_);
+    }
+  }
 }
 
-std::string ProcessGroup::join_shared_memory(Clock::time_point deadline) {
+std::string ProcessGroup::join_shared_memory(Clock::time_point deadline, const std::string& keys,
+                                             std::shared_ptr<ShmAllReduce>& joined) {
   return collective("the shared-memory set-up", [&]() -> std::string {
     const size_t slot = ShmAllReduce::kDefaultSlotBytes;
     const size_t bytes = ShmAllReduce::segment_bytes(world_size_, slot);
     std::optional<ShmSegment> segment;
     std::string mine;  // empty: this rank has the segment mapped
     if (rank_ == 0) {
-      mine = offer_segment(*store_, world_size_, slot, bytes, segment);
+      mine = offer_segment(*store_, keys + "name", world_size_, slot, bytes, segment);
     } else {
-      if (!wait_key("shm/name", deadline, "the shared-memory set-up"))
+      if (!wait_key(keys + "name", deadline, "the shared-memory set-up"))
         throw PeerFailure("the shared-memory set-up timed out after " + seconds(timeout_) +
                           ": rank 0 did not name its segment (it failed or stopped responding)");
-      mine = open_offered_segment(bytes_text(store_->get("shm/name")), rank_, world_size_, slot, bytes, segment);
+      mine = open_offered_segment(bytes_text(store_->get(keys + "name")), rank_, world_size_, slot, bytes, segment);
     }
     // Joined before answering: every rank's pid is in the segment before any
     // all-reduce starts, so a peer that dies is always seen.
@@ -261,10 +280,10 @@ std::string ProcessGroup::join_shared_memory(Clock::time_point deadline) {
       shm = std::make_shared<ShmAllReduce>(std::move(*segment), rank_, world_size_, timeout_, slot);
       segment.reset();
     }
-    store_->set("shm/answer/" + std::to_string(rank_), text_bytes(mine.empty() ? "ok" : "no " + mine));
+    store_->set(keys + "answer/" + std::to_string(rank_), text_bytes(mine.empty() ? "ok" : "no " + mine));
     std::string why_not;
     for (int r = 0; r < world_size_; ++r) {
-      const std::string key = "shm/answer/" + std::to_string(r);
+      const std::string key = keys + "answer/" + std::to_string(r);
       if (!wait_key(key, deadline, "the shared-memory set-up"))
         throw PeerFailure("the shared-memory set-up timed out after " + seconds(timeout_) + ": rank " +
                           std::to_string(r) + " did not answer (it failed or stopped responding)");
@@ -275,8 +294,7 @@ std::string ProcessGroup::join_shared_memory(Clock::time_point deadline) {
     if (shm) shm->unlink();
     if (segment) segment->unlink();
     if (!why_not.empty()) return why_not;
-    shm_ = shm;
-    grads_ = c10d_compat::shm_group(store_, std::move(shm));
+    joined = std::move(shm);
     return "";
   }, /*passthrough=*/true);
 }
@@ -430,8 +448,10 @@ void ProcessGroup::gather_range(int64_t begin, int64_t count, int64_t shard, con
                                 const RangeGive& give, const RangeTake& take, const char* what) {
   if (count <= 0) return;
   collective("all-gather", [&] {
-    if (shm_ && options.device().is_cpu()) {
-      shm_->gather_range(begin, count, shard, c10::typeMetaToScalarType(options.dtype()), give, take, what);
+    ShmAllReduce* shm = gathers_ ? gather_shm_.get() : shm_.get();
+    const c10::intrusive_ptr<c10d::ProcessGroup>& group = gathers_ ? gathers_ : group_;
+    if (shm && options.device().is_cpu()) {
+      shm->gather_range(begin, count, shard, c10::typeMetaToScalarType(options.dtype()), give, take, what);
       return;
     }
     // Every rank's part of a chunk is at most the chunk: each sends the
@@ -457,7 +477,7 @@ void ProcessGroup::gather_range(int64_t begin, int64_t count, int64_t shard, con
         give(lo, place);
       }
       std::vector<at::Tensor> input{mine};
-      wait(group_->allgather(outputs, input, gather_options), what);
+      wait(group->allgather(outputs, input, gather_options), what);
       for (int r = 0; r < world_size_; ++r)
         if (const auto [lo, hi] = part(r); hi > lo) take(lo, values(outputs[0][r].narrow(0, lo - first, hi - lo)));
     }

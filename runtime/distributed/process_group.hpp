@@ -107,7 +107,10 @@ class ProcessGroup {
   // `give` and received by every rank through `take`, in rank order
   // (ShmAllReduce::gather_range says how). Through shared memory between
   // the ranks of one host (CPU values); elsewhere an all-gather on the
-  // gradients' group of chunks every rank pads to the same length.
+  // gradients' group of chunks every rank pads to the same length. Under
+  // distributed.shard = "parameters" on a channel of its own (a second
+  // segment, a second Gloo or NCCL group), so one thread may gather while
+  // another reduces; one caller at a time, every rank in the same order.
   using RangeGive = std::function<void(int64_t first, at::Tensor& place)>;
   using RangeTake = std::function<void(int64_t first, const at::Tensor& values)>;
   void gather_range(int64_t begin, int64_t count, int64_t shard, const at::TensorOptions& options,
@@ -125,7 +128,9 @@ class ProcessGroup {
   // Every rank maps one segment that rank 0 creates, or none uses it: the
   // decision is taken from every rank's answer in the store, so it is the
   // same on all ranks. Returns why not when the ranks cannot share it.
-  std::string join_shared_memory(Clock::time_point deadline);
+  // `keys`: the store keys' prefix; `joined`: the segment's all-reduce.
+  std::string join_shared_memory(Clock::time_point deadline, const std::string& keys,
+                                 std::shared_ptr<ShmAllReduce>& joined);
 
   std::function<std::string()> interrupted_;
   int rank_, world_size_, local_rank_;
@@ -136,6 +141,8 @@ class ProcessGroup {
   c10::intrusive_ptr<c10d::ProcessGroup> control_;  // the host's decisions (Gloo, CPU)
   c10::intrusive_ptr<c10d::ProcessGroup> grads_;    // shared memory between the ranks of one host, or null
   std::shared_ptr<ShmAllReduce> shm_;               // what grads_ reduces through
+  c10::intrusive_ptr<c10d::ProcessGroup> gathers_;  // gather_range's own channel (shard = "parameters"), or null
+  std::shared_ptr<ShmAllReduce> gather_shm_;        // ... through shared memory, or null
   uint64_t gather_round_ = 0;
 };
 

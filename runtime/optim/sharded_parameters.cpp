@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <limits>
 
 #include <ATen/ATen.h>
@@ -125,11 +126,59 @@ ShardedParameters::ShardedParameters(const std::vector<at::Tensor>& trainable, c
   budget_bytes_ = 2 * bucket_bytes;
   for (const Bucket& b : buckets_) stats_.whole_bytes += b.bytes;
   stats_.total_bytes = stats_.whole_bytes;
+  arrived_.assign(buckets_.size(), 1);
+  if (group_ && trainable_layout.world_size() > 1) gatherer_ = std::thread([this] { gathering_thread(); });
 }
 
 ShardedParameters::~ShardedParameters() {
   ShardedParameters* self = this;
   reading.compare_exchange_strong(self, nullptr);
+  if (gatherer_.joinable()) {
+    {
+      // What is queued is dropped (a run that ends with gathers queued has
+      // failed); the gather under way ends, or fails when the peers leave.
+      std::lock_guard lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    gatherer_.join();
+  }
+}
+
+void ShardedParameters::gathering_thread() {
+  for (;;) {
+    size_t bucket = 0;
+    bool failed = false;
+    {
+      std::unique_lock lock(queue_mutex_);
+      queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      bucket = queue_.front();
+      queue_.pop_front();
+      failed = static_cast<bool>(failure_);
+    }
+    {
+      at::NoGradGuard no_grad;
+      at::RecordFunctionGuard quiet(false);
+      if (!failed) {
+        try {
+          transfer(bucket);
+        } catch (...) {
+          failed = true;
+          std::lock_guard lock(queue_mutex_);
+          if (!failure_) failure_ = std::current_exception();
+        }
+      }
+      // Nothing computed from a failed gather counts (check() says so), and
+      // NaN makes sure of it.
+      if (failed) fill_nan(bucket);
+    }
+    {
+      std::lock_guard lock(queue_mutex_);
+      arrived_[bucket] = 1;
+    }
+    arrived_cv_.notify_all();
+  }
 }
 
 std::vector<at::Tensor> ShardedParameters::owned_views() const {
@@ -165,9 +214,9 @@ void ShardedParameters::shard() {
 void ShardedParameters::round_into_shard(const std::vector<at::Tensor>& masters) {
   at::NoGradGuard no_grad;
   at::RecordFunctionGuard quiet(false);
-  const std::vector<at::Tensor> owned = owned_views();
-  for (size_t i = 0; i < owned.size() && i < masters.size(); ++i)
-    if (owned[i].numel() > 0) owned[i].detach().copy_(masters[i]);
+  if (owned_.empty()) owned_ = owned_views();  // made once: the shard is never reallocated
+  for (size_t i = 0; i < owned_.size() && i < masters.size(); ++i)
+    if (owned_[i].numel() > 0) owned_[i].detach().copy_(masters[i]);
 }
 
 ShardedParameters::Active::Active(ShardedParameters& parameters) : parameters_(parameters) {
@@ -195,6 +244,7 @@ std::vector<size_t> ShardedParameters::read(const std::vector<const c10::Storage
     if (it != bucket_of_.end() && std::find(out.begin(), out.end(), it->second) == out.end()) out.push_back(it->second);
   }
   if (out.empty()) return out;
+  const bool training = at::GradMode::is_enabled();  // what kind of pass this is, if it starts here
   // What this does dispatches operators too: not read again.
   at::RecordFunctionGuard quiet(false);
   at::NoGradGuard no_grad;
@@ -204,33 +254,76 @@ std::vector<size_t> ShardedParameters::read(const std::vector<const c10::Storage
     buckets_[b].used = ++clock_;
     if (!buckets_[b].whole) needed += buckets_[b].bytes;
   }
-  // Room first, the least recently read freed, never one a running
-  // operator reads.
+  make_room(needed);
+  for (size_t b : out)
+    if (!buckets_[b].whole) {
+      request(b);
+      buckets_[b].read = false;
+    }
+  bool first = false;
+  for (size_t b : out)
+    if (!buckets_[b].read) {
+      first_read(b, training);
+      first = true;
+    }
+  if (first) fetch_ahead(out);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t b : out) await(b);
+  stats_.waiting_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+void ShardedParameters::make_room(int64_t needed) {
   while (!hold_all_ && stats_.whole_bytes + needed > budget_bytes_) {
     size_t oldest = buckets_.size();
     for (size_t b = 0; b < buckets_.size(); ++b)
-      if (buckets_[b].whole && buckets_[b].pins == 0 && (oldest == buckets_.size() || buckets_[b].used < buckets_[oldest].used))
+      if (buckets_[b].whole && buckets_[b].read && buckets_[b].pins == 0 &&
+          (oldest == buckets_.size() || buckets_[b].used < buckets_[oldest].used))
         oldest = b;
     if (oldest == buckets_.size()) break;
+    await(oldest);
     free(oldest);
   }
-  for (size_t b : out) {
-    if (buckets_[b].whole) continue;
-    if (failure_) {
-      fill_nan(b);
-      continue;
-    }
-    try {
-      gather(b);
-    } catch (const std::exception& e) {
-      // A callback cannot stop the operator: it reads NaN, and the step
-      // ends with this at check().
-      failure_ = std::string("gathering sharded parameters failed (another rank failed or stopped responding): ") +
-                 one_line(e.what());
-      fill_nan(b);
-    }
+}
+
+void ShardedParameters::first_read(size_t bucket, bool training) {
+  buckets_[bucket].read = true;
+  if (pass_kind_ < 0) {
+    pass_kind_ = training ? 1 : 0;
+    position_ = 0;
   }
-  return out;
+  pass_.push_back(bucket);
+  // Where the last pass of this kind read it, and what it read next.
+  const std::vector<size_t>& last = last_pass_[pass_kind_];
+  if (position_ < last.size() && last[position_] != bucket) {
+    const auto it = std::find(last.begin() + static_cast<std::ptrdiff_t>(position_), last.end(), bucket);
+    position_ = it == last.end() ? last.size() : static_cast<size_t>(it - last.begin());
+  }
+  if (position_ < last.size()) ++position_;
+}
+
+void ShardedParameters::fetch_ahead(const std::vector<size_t>& reading) {
+  const std::vector<size_t>& last = last_pass_[pass_kind_];
+  // The next one not whole now: one still whole from before is read as it
+  // is, and one fetched ahead and not yet read is the one bucket ahead.
+  size_t next = buckets_.size();
+  for (size_t i = position_; i < last.size() && i < position_ + 4 && next == buckets_.size(); ++i) {
+    const Bucket& b = buckets_[last[i]];
+    if (b.whole && !b.read) return;
+    if (!b.whole) next = last[i];
+  }
+  if (next == buckets_.size() || std::find(reading.begin(), reading.end(), next) != reading.end()) return;
+  make_room(buckets_[next].bytes);  // on its way, it may pass the budget by itself
+  request(next);
+  buckets_[next].read = false;
+  ++stats_.prefetched;
+}
+
+void ShardedParameters::end_pass() {
+  if (pass_kind_ >= 0) last_pass_[pass_kind_] = std::move(pass_);
+  pass_.clear();
+  pass_kind_ = -1;
+  position_ = 0;
 }
 
 void ShardedParameters::unpin(const std::vector<size_t>& buckets) {
@@ -254,12 +347,31 @@ void ShardedParameters::allocate(size_t bucket) {
   stats_.whole_bytes += b.bytes;
 }
 
-void ShardedParameters::gather(size_t bucket) {
+void ShardedParameters::request(size_t bucket) {
   allocate(bucket);
-  Bucket& b = buckets_[bucket];
-  Space& s = *spaces_[b.space];
   if (!hold_all_) stats_.peak_whole_bytes = std::max(stats_.peak_whole_bytes, stats_.whole_bytes);
   ++stats_.gathers;
+  if (!gatherer_.joinable()) {  // one process: a copy from its own shard
+    transfer(bucket);
+    return;
+  }
+  {
+    std::lock_guard lock(queue_mutex_);
+    arrived_[bucket] = 0;
+    queue_.push_back(bucket);
+  }
+  queued_.notify_one();
+}
+
+void ShardedParameters::await(size_t bucket) {
+  if (!gatherer_.joinable()) return;
+  std::unique_lock lock(queue_mutex_);
+  arrived_cv_.wait(lock, [&] { return arrived_[bucket] != 0; });
+}
+
+void ShardedParameters::transfer(size_t bucket) {
+  const Bucket& b = buckets_[bucket];
+  Space& s = *spaces_[b.space];
   const ShardLayout& layout = s.layout;
   const int64_t begin = layout.offset(b.first);
   const int64_t count = layout.offset(b.last - 1) + layout.numel(b.last - 1) - begin;
@@ -298,7 +410,6 @@ void ShardedParameters::free(size_t bucket) {
 }
 
 void ShardedParameters::fill_nan(size_t bucket) {
-  allocate(bucket);
   const Bucket& b = buckets_[bucket];
   for (size_t i = b.first; i < b.last; ++i) spaces_[b.space]->flat[i].fill_(std::numeric_limits<double>::quiet_NaN());
 }
@@ -307,13 +418,33 @@ void ShardedParameters::release_all() {
   std::lock_guard lock(mutex_);
   hold_all_ = false;
   if (!sharded_) return;
+  end_pass();
   for (size_t b = 0; b < buckets_.size(); ++b)
-    if (buckets_[b].whole && buckets_[b].pins == 0) free(b);
+    if (buckets_[b].whole && buckets_[b].pins == 0) {
+      await(b);
+      free(b);
+    }
 }
 
 void ShardedParameters::check() const {
   std::lock_guard lock(mutex_);
-  if (failure_) throw PeerFailure(*failure_);
+  std::exception_ptr failure;
+  {
+    std::lock_guard queue(queue_mutex_);
+    failure = failure_;
+  }
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const PeerFailure&) {
+      throw;
+    } catch (const Interrupted&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw PeerFailure(std::string("gathering sharded parameters failed (another rank failed or stopped "
+                                    "responding): ") + one_line(e.what()));
+    }
+  }
   if (written_) throw std::runtime_error(*written_);
 }
 
@@ -325,12 +456,10 @@ void ShardedParameters::gather_all() {
   hold_all_ = true;
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (!buckets_[b].whole) {
-      if (failure_) {
-        fill_nan(b);
-        continue;
-      }
-      gather(b);
+      request(b);
+      buckets_[b].read = true;  // outside any pass
     }
+  for (size_t b = 0; b < buckets_.size(); ++b) await(b);
 }
 
 int64_t ShardedParameters::most_batches(int64_t mine) {

@@ -12,11 +12,21 @@
 // module, an exported program and activation checkpointing's recompute all
 // dispatch their operators. Buckets are consecutive parameters of about
 // `bucket_bytes`; at most twice that stays whole beyond what the running
-// operator reads, the least recently read freed first, and every
+// operator reads and the bucket fetched ahead (below), the least recently
+// read freed first, and every
 // bucket is freed after each backward and each evaluation batch. Every
 // rank runs the same operators in the same order, so every rank gathers
 // the same buckets in the same order: the gathers are collectives that
 // need no agreement.
+//
+// Gathers are prefetched one bucket ahead: every pass (a training step's
+// forward and backward, an evaluation batch) records the order its buckets
+// were first read in, and the next pass of its kind, when it reads one of
+// them, asks for the one that came after it then. The gathers run in that
+// order on a thread of their own (over ProcessGroup::gather_range's own
+// channel), so the next bucket travels while the operators on this one
+// compute. What is asked for, and when, follows from the operators alone,
+// never from timing: every rank asks for the same buckets in the same order.
 //
 // Refilling a storage writes through a tensor of its own over it (not the
 // parameter), so the parameter's version counter does not move and
@@ -28,12 +38,17 @@
 //
 // Thread: the callbacks run on whichever thread dispatches an operator
 // while Active lives there (the loop's, and the autograd engine's, which
-// inherits it); the rest on the loop's thread.
+// inherits it); the rest on the loop's thread. The gathers themselves run
+// on a thread of this object's (with more than one rank).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -101,6 +116,8 @@ class ShardedParameters {
   // Gathers, and the bytes whole now and at most (for the log and tests).
   struct Stats {
     int64_t gathers = 0;
+    int64_t prefetched = 0;  // of those, asked for before an operator read them
+    double waiting_s = 0;    // the loop's thread waited for gathers to arrive
     int64_t whole_bytes = 0, peak_whole_bytes = 0;  // since shard(), but for checkpoints' gather_all()
     int64_t total_bytes = 0;                        // every parameter's
   };
@@ -112,7 +129,8 @@ class ShardedParameters {
     int space = 0;
     size_t first = 0, last = 0;  // parameters [first, last) of the space
     int64_t bytes = 0;
-    bool whole = true;
+    bool whole = true;   // its memory allocated (arrived, or on its way)
+    bool read = true;    // read since it was gathered (a prefetch not yet used: false)
     int pins = 0;        // operators running that read it
     uint64_t used = 0;   // when last read (for the least recently read)
     std::vector<int64_t> versions;  // each parameter's version counter when gathered
@@ -123,11 +141,25 @@ class ShardedParameters {
   std::vector<size_t> read(const std::vector<const c10::StorageImpl*>& storages);
   void unpin(const std::vector<size_t>& buckets);
   void allocate(size_t bucket);  // memory for its parameters, whole from now (their values not yet)
-  void gather(size_t bucket);
-  void free(size_t bucket);
-  void fill_nan(size_t bucket);
+  void request(size_t bucket);   // allocated, and its gather queued (or done, in one process)
+  void await(size_t bucket);     // until its values arrived
+  void transfer(size_t bucket);  // the gather itself (the gathering thread's)
+  void free(size_t bucket);      // after await()
+  void fill_nan(size_t bucket);  // its allocated memory (a failed gather's)
+  // Frees the least recently read whole buckets, never a pinned one, until
+  // `needed` more bytes fit in the budget (or nothing more can go).
+  void make_room(int64_t needed);
+  // A bucket read for the first time since its gather: recorded, and found
+  // in the last pass of this kind.
+  void first_read(size_t bucket, bool training);
+  // Asks for the bucket the last pass of this kind read next, unless whole
+  // already or among those being read: one bucket ahead.
+  void fetch_ahead(const std::vector<size_t>& reading);
+  void end_pass();
+  void gathering_thread();
 
   std::vector<std::unique_ptr<Space>> spaces_;
+  std::vector<at::Tensor> owned_;  // round_into_shard's views of the shard
   std::vector<Bucket> buckets_;
   std::unordered_map<const c10::StorageImpl*, size_t> bucket_of_;
   ProcessGroup* group_;
@@ -137,8 +169,22 @@ class ShardedParameters {
   mutable std::mutex mutex_;
   uint64_t clock_ = 0;
   Stats stats_;
-  std::optional<std::string> failure_;  // the first gather that failed
   std::optional<std::string> written_;  // the first parameter something wrote into while whole
+  // The pass being read (its buckets in the order first read) and the last
+  // pass of each kind (0: without grad mode, an evaluation; 1: training).
+  std::vector<size_t> pass_;
+  int pass_kind_ = -1;
+  std::vector<size_t> last_pass_[2];
+  size_t position_ = 0;  // in last_pass_[pass_kind_]: what comes next
+
+  // The gathering thread's queue; arrived_ and failure_ are shared with it.
+  std::thread gatherer_;
+  mutable std::mutex queue_mutex_;
+  std::condition_variable queued_, arrived_cv_;
+  std::deque<size_t> queue_;
+  std::vector<char> arrived_;
+  bool stopping_ = false;
+  std::exception_ptr failure_;  // the first gather that failed
 };
 
 }  // namespace kiln

@@ -64,6 +64,30 @@ TEST(ShardedParameters, ReadThroughTheShardsTheModelGivesTheWholeModelsGradients
   EXPECT_GE(stats.gathers, 5);
   EXPECT_EQ(stats.total_bytes, (8 * 16 + 16 + 16 * 4 + 4) * 4);
   EXPECT_EQ(stats.peak_whole_bytes, (8 * 16 + 16) * 4) << "one layer's weight and bias at most";
+  EXPECT_EQ(stats.prefetched, 0) << "the first pass has none before it to follow";
+
+  // The second pass follows the first: every bucket but the first is asked
+  // for before an operator reads it, and the gradients are the same bits.
+  x.mutable_grad().reset();
+  model.first->weight.mutable_grad().reset();
+  model.second->weight.mutable_grad().reset();
+  model.second->bias.mutable_grad().reset();
+  {
+    ShardedParameters::Active reading(sharded);
+    model.loss(x).backward();
+    sharded.release_all();
+    EXPECT_NO_THROW(sharded.check());
+  }
+  EXPECT_TRUE(at::equal(x.grad(), want_x));
+  EXPECT_TRUE(at::equal(model.first->weight.grad(), want_w));
+  EXPECT_TRUE(at::equal(model.second->weight.grad(), want_v));
+  const ShardedParameters::Stats again = sharded.stats();
+  EXPECT_EQ(again.gathers - stats.gathers, stats.gathers) << "the same buckets as the first pass";
+  // All but what the first operator reads (the first layer's weight, and
+  // its bias where linear reads both at once).
+  EXPECT_GE(again.prefetched, stats.gathers - 2) << again.gathers << " gathers";
+  // The second layer's weight on its way while the first layer computes.
+  EXPECT_LE(again.peak_whole_bytes, (8 * 16 + 16 + 16 * 4) * 4);
 }
 
 TEST(ShardedParameters, AWriteIntoAWholeParameterIsReportedNotLost) {

@@ -46,7 +46,10 @@ void EvaluationLoop::sanity_check(int64_t max_batches) {
   // Only the batches it runs are planned (and fetched ahead).
   int64_t n = c.data.batches_per_epoch(split_, spec);
   if (max_batches >= 0) n = std::min(n, max_batches);
-  if (n == 0) return;  // limit_val_batches = 0: validation is off, and so is its check
+  // limit_val_batches = 0: validation is off, and so is its check. With
+  // sharded parameters the ranks decide together: one rank's empty share of
+  // an uneven split must not leave the others waiting in step_through's count.
+  if (c.residency ? c.residency->most_batches(n) == 0 : n == 0) return;
   spec.limit = BatchLimit{false, 1.0, n};
   c.metrics.set_aside();
   {

@@ -402,17 +402,16 @@ class Run {
     if (sharded) {
       ShardedResidency residency(*sharded);
       context_->residency = &residency;
+      struct Unset {  // however the loop ends
+        LoopContext& context;
+        ~Unset() { context.residency = nullptr; }
+      } unset{*context_};
       ShardedParameters::Active reading(*sharded);
-      try {
-        loop.run(start);
-      } catch (...) {
-        context_->residency = nullptr;
-        throw;
-      }
-      context_->residency = nullptr;
+      loop.run(start);
       const ShardedParameters::Stats stats = sharded->stats();
-      spdlog::info("distributed.shard = parameters: {} gathers; at most {} of the {} bytes of weights whole at once",
-                   stats.gathers, stats.peak_whole_bytes, stats.total_bytes);
+      spdlog::info("distributed.shard = parameters: {} gathers, {} of them fetched ahead; {:.2f} s waited for "
+                   "gathers; at most {} of the {} bytes of weights whole at once",
+                   stats.gathers, stats.prefetched, stats.waiting_s, stats.peak_whole_bytes, stats.total_bytes);
     } else {
       loop.run(start);
     }
