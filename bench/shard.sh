@@ -5,7 +5,8 @@
 # each process's peak RSS (VmHWM, read from /proc until it exits: the
 # launcher, then the ranks, sorted), the median epoch time, and what the run
 # says each rank owns. KILN_SHARD_CHECKPOINTS=0: no epoch checkpoints (a
-# fit still commits one at its end).
+# fit still commits one at its end). KILN_SHARD_SET="key=value ...": more
+# --set for every run (e.g. "distributed.bucket_mb=4 distributed.prefetch=false").
 #   bench/shard.sh [PROCESSES...]      (default: 2 4; KILN_SHARD_MODES to choose)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,8 @@ build=${KILN_BUILD_DIR:-build}
 cmake --build "$build" -j2 --target kiln kiln_mlp kiln_fashion_mnist >/dev/null
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+extra=()
+for kv in ${KILN_SHARD_SET:-}; do extra+=(--set "$kv"); done
 procs=("$@")
 [ ${#procs[@]} -gt 0 ] || procs=(2 4)
 printf "%-10s %-9s %-28s %16s\n" processes shard "VmHWM MB (each process)" "epoch (s, median)"
@@ -23,7 +26,7 @@ for n in "${procs[@]}"; do
     "$build/bin/kiln" fit bench/mlp256.toml -n "$n" --set checkpoint.every_n_epochs="${KILN_SHARD_CHECKPOINTS:-1}" \
       --set model.hidden=[2048,2048] --set trainer.max_epochs=3 --set trainer.limit_train_batches=60 \
       --set trainer.test_after_fit=false --set distributed.shard="$mode" --set run.dir="$run" \
-      --set trainer.progress=none >"$log" 2>&1 &
+      --set trainer.progress=none "${extra[@]}" >"$log" 2>&1 &
     # Each process's peak (VmHWM), read until it exits: the launcher and every rank.
     declare -A hwm=()
     while kill -0 $! 2>/dev/null; do

@@ -159,6 +159,7 @@ struct DistributedConfig {
   GradientCompression gradient_compression = GradientCompression::none;
   ShardMode shard = ShardMode::none;  // optim/sharded_step.hpp
   double bucket_mb = 25.0;          // shard = "parameters": what is gathered at once (optim/sharded_parameters.hpp)
+  bool prefetch = true;             // shard = "parameters": the next bucket gathered while this one computes
   double timeout_s = 60.0;          // every collective
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 0;          // 0 = pick a free one

@@ -300,8 +300,11 @@ TableSchema declare_distributed_table() {
                   "docs/distributed.md");
   distributed.key("bucket_mb", &DistributedConfig::bucket_mb,
                   "shard = \"parameters\": the megabytes of consecutive parameters gathered at once; at most two "
-                  "such buckets stay whole beyond what the running operator reads")
+                  "such buckets stay whole beyond what the running operator reads and the one fetched ahead")
       .above(0.0);
+  distributed.key("prefetch", &DistributedConfig::prefetch,
+                  "shard = \"parameters\": gather the bucket the last pass of its kind read next while the "
+                  "operators on this one compute (false: each bucket when an operator first reads it)");
   distributed.key("timeout_s", &DistributedConfig::timeout_s, "seconds every collective and the rendezvous may take")
       .above(0.0);
   distributed.key("master_addr", &DistributedConfig::master_addr, "the rendezvous address kiln's workers use")

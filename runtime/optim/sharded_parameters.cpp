@@ -77,8 +77,9 @@ struct ReadCallbacks {
 };
 
 ShardedParameters::ShardedParameters(const std::vector<at::Tensor>& trainable, const ShardLayout& trainable_layout,
-                                     const std::vector<at::Tensor>& frozen, ProcessGroup* group, int64_t bucket_bytes)
-    : group_(group) {
+                                     const std::vector<at::Tensor>& frozen, ProcessGroup* group, int64_t bucket_bytes,
+                                     bool prefetch)
+    : group_(group), prefetch_(prefetch) {
   std::vector<int64_t> frozen_numels;
   for (const auto& p : frozen) frozen_numels.push_back(p.numel());
   const std::vector<std::pair<const std::vector<at::Tensor>*, ShardLayout>> lists{
@@ -266,7 +267,7 @@ std::vector<size_t> ShardedParameters::read(const std::vector<const c10::Storage
       first_read(b, training);
       first = true;
     }
-  if (first) fetch_ahead(out);
+  if (first && prefetch_) fetch_ahead(out);
   const auto start = std::chrono::steady_clock::now();
   for (size_t b : out) await(b);
   stats_.waiting_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -67,9 +67,11 @@ class ShardedParameters {
   // `trainable`: the optimizer's parameters, in the layout `trainable_layout`
   // (ShardedStep's); `frozen`: every other parameter (its own layout, in
   // order). Each list shares one dtype and device. `group` is null in one
-  // process. Throws InputError (one line) for parameters it cannot shard.
+  // process. `prefetch`: gathers one bucket ahead (below). Throws
+  // InputError (one line) for parameters it cannot shard.
   ShardedParameters(const std::vector<at::Tensor>& trainable, const ShardLayout& trainable_layout,
-                    const std::vector<at::Tensor>& frozen, ProcessGroup* group, int64_t bucket_bytes);
+                    const std::vector<at::Tensor>& frozen, ProcessGroup* group, int64_t bucket_bytes,
+                    bool prefetch = true);
   ~ShardedParameters();
   ShardedParameters(const ShardedParameters&) = delete;
   ShardedParameters& operator=(const ShardedParameters&) = delete;
@@ -164,6 +166,7 @@ class ShardedParameters {
   std::unordered_map<const c10::StorageImpl*, size_t> bucket_of_;
   ProcessGroup* group_;
   int64_t budget_bytes_;  // whole beyond the running operator's
+  bool prefetch_;
   bool sharded_ = false;
   bool hold_all_ = false;  // gather_all() until release_all(): nothing freed
   mutable std::mutex mutex_;

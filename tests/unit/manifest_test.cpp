@@ -526,7 +526,7 @@ TEST_F(ManifestTest, UnknownKeyWithNoNearMatchListsKnownKeys) {
   const std::string message = error(std::string("[distributed]\nzzzzzz = 1\n") + kMinimal);
   EXPECT_EQ(message, at(2, 1) +
                          "unknown key 'zzzzzz' in [distributed] (known keys: processes, backend, intra_host, "
-                         "gradient_compression, shard, bucket_mb, timeout_s, master_addr, master_port, max_restarts)");
+                         "gradient_compression, shard, bucket_mb, prefetch, timeout_s, master_addr, master_port, max_restarts)");
 }
 
 TEST_F(ManifestTest, FirstErrorInFileOrderWins) {

@@ -45,7 +45,7 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
                        [&](const at::Tensor& t) { return t.unsafeGetTensorImpl() == p.unsafeGetTensorImpl(); }))
         frozen.push_back(p);
     parameters_.emplace(state_.trainable, *shard_layout_, frozen, group_,
-                        static_cast<int64_t>(m_.distributed.bucket_mb * 1024 * 1024));
+                        static_cast<int64_t>(m_.distributed.bucket_mb * 1024 * 1024), m_.distributed.prefetch);
     checkpoints.hold_whole_weights_while_committing([this] { parameters_->gather_all(); },
                                                     [this] { parameters_->release_all(); });
   }
