@@ -18,6 +18,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include "distributed/process_group.hpp"
+#include "profiling/profiler.hpp"
 #include "util/errors.hpp"
 
 namespace kiln {
@@ -269,8 +270,15 @@ std::vector<size_t> ShardedParameters::read(const std::vector<const c10::Storage
     }
   if (first && prefetch_) fetch_ahead(out);
   const auto start = std::chrono::steady_clock::now();
-  for (size_t b : out) await(b);
-  stats_.waiting_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  bool waited_any = false;
+  for (size_t b : out) waited_any = await(b) || waited_any;
+  if (waited_any) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stats_.waiting_s += waited;
+    // From the loop's thread, or (a GPU's backward) the autograd thread the
+    // loop's waits on meanwhile: never two at once.
+    if (profiler_) profiler_->carve(Phase::gather_wait, waited, 1);
+  }
   return out;
 }
 
@@ -364,10 +372,12 @@ void ShardedParameters::request(size_t bucket) {
   queued_.notify_one();
 }
 
-void ShardedParameters::await(size_t bucket) {
-  if (!gatherer_.joinable()) return;
+bool ShardedParameters::await(size_t bucket) {
+  if (!gatherer_.joinable()) return false;
   std::unique_lock lock(queue_mutex_);
+  if (arrived_[bucket]) return false;
   arrived_cv_.wait(lock, [&] { return arrived_[bucket] != 0; });
+  return true;
 }
 
 void ShardedParameters::transfer(size_t bucket) {

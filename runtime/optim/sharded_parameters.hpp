@@ -61,6 +61,7 @@
 namespace kiln {
 
 class ProcessGroup;
+class Profiler;
 
 class ShardedParameters {
  public:
@@ -83,6 +84,9 @@ class ShardedParameters {
   // resumed ones), then frees every parameter's storage.
   void shard();
   bool sharded() const { return sharded_; }
+  // Where the operators' waits for gathers are counted ([profiler]: its
+  // "parameter gather wait", taken from the phase they happen in), or null.
+  void set_profiler(Profiler* profiler) { profiler_ = profiler; }
   // bf16-true: the float32 masters (one per trainable parameter, as
   // owned_views()), rounded into the shard after a step.
   void round_into_shard(const std::vector<at::Tensor>& masters);
@@ -119,7 +123,7 @@ class ShardedParameters {
   struct Stats {
     int64_t gathers = 0;
     int64_t prefetched = 0;  // of those, asked for before an operator read them
-    double waiting_s = 0;    // the loop's thread waited for gathers to arrive
+    double waiting_s = 0;    // operators waited for gathers to arrive
     int64_t whole_bytes = 0, peak_whole_bytes = 0;  // since shard(), but for checkpoints' gather_all()
     int64_t total_bytes = 0;                        // every parameter's
   };
@@ -144,7 +148,7 @@ class ShardedParameters {
   void unpin(const std::vector<size_t>& buckets);
   void allocate(size_t bucket);  // memory for its parameters, whole from now (their values not yet)
   void request(size_t bucket);   // allocated, and its gather queued (or done, in one process)
-  void await(size_t bucket);     // until its values arrived
+  bool await(size_t bucket);     // until its values arrived; whether they had not yet
   void transfer(size_t bucket);  // the gather itself (the gathering thread's)
   void free(size_t bucket);      // after await()
   void fill_nan(size_t bucket);  // its allocated memory (a failed gather's)
@@ -167,6 +171,7 @@ class ShardedParameters {
   ProcessGroup* group_;
   int64_t budget_bytes_;  // whole beyond the running operator's
   bool prefetch_;
+  Profiler* profiler_ = nullptr;
   bool sharded_ = false;
   bool hold_all_ = false;  // gather_all() until release_all(): nothing freed
   mutable std::mutex mutex_;

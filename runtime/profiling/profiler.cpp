@@ -34,6 +34,7 @@ const char* phase_name(Phase phase) {
     case Phase::training_step: return "training_step";
     case Phase::backward: return "backward";
     case Phase::allreduce_wait: return "gradient all-reduce wait";
+    case Phase::gather_wait: return "parameter gather wait";
     case Phase::optimizer_step: return "optimizer step";
     case Phase::validation: return "validation";
     case Phase::callbacks: return "callbacks";

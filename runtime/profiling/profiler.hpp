@@ -32,6 +32,7 @@ enum class Phase : uint8_t {
   training_step,   // the model's training_step (forward and loss)
   backward,        // loss.backward(), the gradient all-reduce's own time excepted
   allreduce_wait,  // waiting in the gradient all-reduce (several processes)
+  gather_wait,     // waiting for sharded parameters to be gathered (distributed.shard = "parameters")
   optimizer_step,  // clipping, the optimizer, dropping the gradients, the schedule
   validation,      // validation passes inside the fit (and the sanity check)
   callbacks,       // the callbacks' hooks

@@ -96,6 +96,23 @@ for path in sys.argv[1:]:
   EXPECT_EQ(check.exit_code, 0) << check.output;
 }
 
+// distributed.shard = "parameters": the operators' waits for gathers are a
+// phase of their own, taken from the phases they happen in (forward's,
+// backward's, validation's), and the table still adds up.
+TEST(Profiler, ShardedParametersWaitsForGathersAreAPhaseOfTheirOwn) {
+  TempDir dir;
+  const auto m = synthetic_manifest(dir, "\n[profiler]\nkind = \"simple\"\n");
+  const ProcessResult r = kiln_fit(m, {"-n", "2", "--set", "trainer.max_epochs=1", "--set",
+                                       "distributed.shard=\"parameters\"", "--set", "distributed.bucket_mb=0.0001"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Table table = read_table(r.output);
+  ASSERT_TRUE(table.share.count("parameter gather wait")) << r.output;
+  EXPECT_GT(table.total.at("parameter gather wait"), 0) << r.output;
+  double phases = 0;
+  for (const auto& [phase, share] : table.share) phases += share;
+  EXPECT_NEAR(phases, 100.0, static_cast<double>(table.share.size()) * 0.05 + 1e-9) << r.output;
+}
+
 // A fit that fails (here a callback's hook in epoch 1) still leaves each
 // rank's trace up to the failure: what one opens to see what it was doing.
 TEST(Profiler, AFailedFitLeavesItsTraceUpToTheFailure) {

@@ -371,7 +371,10 @@ class Run {
     agree();
     // ZeRO-3: each rank keeps its part of the agreed (or resumed) weights.
     ShardedParameters* sharded = optimizer_->sharded_parameters();
-    if (sharded) sharded->shard();
+    if (sharded) {
+      sharded->shard();
+      sharded->set_profiler(profiler_.get());
+    }
     // From the agreed weights (rank 0's), so every rank averages alike.
     if (averaging_) averaging_->begin_fit(resume_.has_value());
     if (averaging_ && m_.averaging.kind == AveragingKind::swa && m_.averaging.swa_lr > 0)
