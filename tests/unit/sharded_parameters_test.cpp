@@ -37,10 +37,13 @@ TEST(ShardedParameters, ReadThroughTheShardsTheModelGivesTheWholeModelsGradients
   model.loss(x).backward();
   const at::Tensor want_x = x.grad().clone();
   const at::Tensor want_w = model.first->weight.grad().clone(), want_v = model.second->weight.grad().clone();
-  x.mutable_grad().reset();
-  model.first->weight.mutable_grad().reset();
-  model.second->weight.mutable_grad().reset();
-  model.second->bias.mutable_grad().reset();
+  auto clear_grads = [&] {
+    x.mutable_grad().reset();
+    model.first->weight.mutable_grad().reset();
+    model.second->weight.mutable_grad().reset();
+    model.second->bias.mutable_grad().reset();
+  };
+  clear_grads();
 
   const std::vector<at::Tensor> trainable{model.first->weight, model.second->weight, model.second->bias};
   const ShardLayout layout = layout_of(trainable);
@@ -48,15 +51,19 @@ TEST(ShardedParameters, ReadThroughTheShardsTheModelGivesTheWholeModelsGradients
   sharded.shard();
   for (const auto& p : {model.first->weight, model.first->bias, model.second->weight})
     EXPECT_EQ(p.storage().nbytes(), 0u);
-  {
-    ShardedParameters::Active reading(sharded);
-    model.loss(x).backward();
-    sharded.release_all();
-    EXPECT_NO_THROW(sharded.check());
-  }
-  EXPECT_TRUE(at::equal(x.grad(), want_x));
-  EXPECT_TRUE(at::equal(model.first->weight.grad(), want_w));
-  EXPECT_TRUE(at::equal(model.second->weight.grad(), want_v));
+  // A forward and backward read through the shards: the whole model's bits.
+  auto pass = [&] {
+    {
+      ShardedParameters::Active reading(sharded);
+      model.loss(x).backward();
+      sharded.release_all();
+      EXPECT_NO_THROW(sharded.check());
+    }
+    EXPECT_TRUE(at::equal(x.grad(), want_x));
+    EXPECT_TRUE(at::equal(model.first->weight.grad(), want_w));
+    EXPECT_TRUE(at::equal(model.second->weight.grad(), want_v));
+  };
+  pass();
   EXPECT_EQ(model.second->weight.storage().nbytes(), 0u);
   const ShardedParameters::Stats stats = sharded.stats();
   // Forward gathers the 4; backward again the two weights its input's
@@ -68,19 +75,8 @@ TEST(ShardedParameters, ReadThroughTheShardsTheModelGivesTheWholeModelsGradients
 
   // The second pass follows the first: every bucket but the first is asked
   // for before an operator reads it, and the gradients are the same bits.
-  x.mutable_grad().reset();
-  model.first->weight.mutable_grad().reset();
-  model.second->weight.mutable_grad().reset();
-  model.second->bias.mutable_grad().reset();
-  {
-    ShardedParameters::Active reading(sharded);
-    model.loss(x).backward();
-    sharded.release_all();
-    EXPECT_NO_THROW(sharded.check());
-  }
-  EXPECT_TRUE(at::equal(x.grad(), want_x));
-  EXPECT_TRUE(at::equal(model.first->weight.grad(), want_w));
-  EXPECT_TRUE(at::equal(model.second->weight.grad(), want_v));
+  clear_grads();
+  pass();
   const ShardedParameters::Stats again = sharded.stats();
   EXPECT_EQ(again.gathers - stats.gathers, stats.gathers) << "the same buckets as the first pass";
   // All but what the first operator reads (the first layer's weight, and
