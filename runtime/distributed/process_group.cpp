@@ -254,6 +254,7 @@ ProcessGroup::ProcessGroup(const DistEnv& env, const DistributedConfig& config, 
       gathers_ = connect_gloo_group(store_, env, rank_, world_size_, timeout_, where, "gathers");
       // Without a segment of their own (the ranks agree), over Gloo.
       if (shm_) join_shared_memory(Clock::now() + timeout_, "shm-gathers/", gather_shm_);
+      if (gather_shm_) gather_shm_->set_background(true);
     }
   }
 }

@@ -316,9 +316,9 @@ void ShmAllReduce::await(Phase phase, uint64_t seq) {
     // same core), then sleep so a long wait costs no CPU.
     const auto now = Clock::now();
     const auto waited = now - start;
-    if (waited > std::chrono::milliseconds(2))
+    if (waited > (background_ ? std::chrono::microseconds(200) : std::chrono::milliseconds(2)))
       std::this_thread::sleep_for(std::chrono::microseconds(50));
-    else if (waited > std::chrono::microseconds(100))
+    else if (background_ || waited > std::chrono::microseconds(100))
       std::this_thread::yield();
     if (now < next_check) continue;
     next_check = now + std::chrono::milliseconds(5);

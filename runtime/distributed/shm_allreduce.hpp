@@ -56,6 +56,11 @@ class ShmAllReduce {
   ShmAllReduce(const ShmAllReduce&) = delete;
   ShmAllReduce& operator=(const ShmAllReduce&) = delete;
 
+  // A background thread's channel (sharded parameters' gathers, fetched
+  // ahead): its waits give the core away at once and sleep sooner, since
+  // the thread they would spin on computes meanwhile.
+  void set_background(bool background) { background_ = background; }
+
   int rank() const { return rank_; }
   int ranks() const { return ranks_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -135,6 +140,7 @@ class ShmAllReduce {
   uint64_t seq_ = 0;  // chunks reduced so far (the same on every rank)
   const char* contribution_ = "its gradients";  // of the call in progress
   Stats stats_;
+  bool background_ = false;
 };
 
 }  // namespace kiln
