@@ -106,8 +106,9 @@ TEST(Profiler, ShardedParametersWaitsForGathersAreAPhaseOfTheirOwn) {
                                        "distributed.shard=\"parameters\"", "--set", "distributed.bucket_mb=0.0001"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const Table table = read_table(r.output);
+  // A row is printed for a phase that happened (its count above 0); its
+  // seconds may round to 0.000 on a run this short.
   ASSERT_TRUE(table.share.count("parameter gather wait")) << r.output;
-  EXPECT_GT(table.total.at("parameter gather wait"), 0) << r.output;
   double phases = 0;
   for (const auto& [phase, share] : table.share) phases += share;
   EXPECT_NEAR(phases, 100.0, static_cast<double>(table.share.size()) * 0.05 + 1e-9) << r.output;
