@@ -104,8 +104,9 @@ class ShardedParameters {
     uint64_t handle_;
   };
 
-  // Frees every whole bucket (after a backward, an evaluation batch, a
-  // checkpoint's commit).
+  // Frees every whole bucket, once what is on its way arrived (after a
+  // backward, before a step, after an evaluation batch and a checkpoint's
+  // commit).
   void release_all();
   // Throws PeerFailure if a gather failed: its parameters held NaN
   // meanwhile, so nothing computed since counts. Throws std::runtime_error

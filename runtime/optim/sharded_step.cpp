@@ -80,6 +80,10 @@ at::Tensor ShardedStep::sum_over_ranks(at::Tensor value, const char* what) const
 
 void ShardedStep::step(int64_t global_step) {
   bool stepped = true;
+  // The step writes the shard that gathers read: nothing may be on its way
+  // (a fetch ahead) while it does, nor stay whole past it with the values
+  // from before (a hook's read since backward): both are freed first.
+  if (parameters_) parameters_->release_all();
   {
     at::NoGradGuard no_grad;
     at::AutoDispatchBelowAutograd below_autograd;
