@@ -200,15 +200,24 @@ void ShardedParameters::shard() {
   std::lock_guard lock(mutex_);
   at::NoGradGuard no_grad;
   at::RecordFunctionGuard quiet(false);
-  for (const auto& space : spaces_)
-    for (size_t i = 0; i < space->params.size(); ++i) {
-      const ShardLayout::Run run = space->layout.owned(i);
-      if (run.length > 0)
-        space->shard.narrow(0, space->layout.position_in_shard(i), run.length)
-            .copy_(space->flat[i].narrow(0, run.begin, run.length));
+  const bool broadcast = group_ && group_->world_size() > 1;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Space& s = *spaces_[buckets_[b].space];
+    if (broadcast) {
+      // Rank 0's values, one bucket at a time: a rank whose plugin left
+      // the weights unread (kiln_exported maps them from its archive) reads
+      // none but its own, and never holds more than a bucket whole.
+      std::vector<at::Tensor> values(s.flat.begin() + static_cast<std::ptrdiff_t>(buckets_[b].first),
+                                     s.flat.begin() + static_cast<std::ptrdiff_t>(buckets_[b].last));
+      group_->broadcast(values, 0);
     }
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    if (buckets_[b].whole) free(b);
+    for (size_t i = buckets_[b].first; i < buckets_[b].last; ++i) {
+      const ShardLayout::Run run = s.layout.owned(i);
+      if (run.length > 0)
+        s.shard.narrow(0, s.layout.position_in_shard(i), run.length).copy_(s.flat[i].narrow(0, run.begin, run.length));
+    }
+    free(b);
+  }
   sharded_ = true;
   stats_.peak_whole_bytes = 0;
 }

@@ -80,8 +80,11 @@ class ShardedParameters {
   // The optimizer's parameters: for each trainable parameter, a 1-D leaf
   // over this rank's elements in its shard (empty where it owns none).
   std::vector<at::Tensor> owned_views() const;
-  // Takes this rank's elements from the whole parameters (the agreed or
-  // resumed ones), then frees every parameter's storage.
+  // Takes this rank's elements of rank 0's whole parameters (the resumed
+  // ones, after a resume) and frees every parameter's storage, a bucket at
+  // a time: with more than one rank, each bucket is broadcast from rank 0
+  // first (the start-up agreement's broadcast, for the parameters). A
+  // collective: every rank calls it, after the agreement on the facts.
   void shard();
   bool sharded() const { return sharded_; }
   // Where the operators' waits for gathers are counted ([profiler]: its

@@ -518,5 +518,42 @@ TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
   EXPECT_FALSE(std::filesystem::exists(dir / "averaged"));
 }
 
+// A model whose ranks start apart (test.recorder_model's rank_offset: rank
+// r adds r/4 to its initial weights, as a plugin seeding a generator of its
+// own would): the start-up agreement makes rank 0's weights everyone's, so
+// the run ends where the run whose ranks start equal ends, to the bit, in
+// every shard mode. In bf16-true that includes the float32 masters, which
+// are taken after the agreement: made from a rank's own weights, its first
+// step wrote them back into its model. Sharded parameters take rank 0's a
+// bucket at a time as they shard.
+TEST(StartUpAgreement, RanksThatStartApartTrainFromRankZerosWeightsInEveryModeAndPrecision) {
+  auto fit = [&](const std::string& name, const std::string& precision, const char* mode, double offset) {
+    TempDir own;
+    const std::filesystem::path m = recorder_manifest(
+        own, "features = 4\nrank_offset = " + std::to_string(offset), "size = 64\nfeatures = 4", "",
+        "batch_size = 4\nmax_epochs = 2\ntest_after_fit = false\nprecision = \"" + precision +
+            "\"\n[optimizer]\nname = \"adam\"\nlr = 0.05\n[distributed]\nshard = \"" + mode +
+            "\"\nbucket_mb = 0.00001\n[checkpoint]\n");
+    const ProcessResult r = kiln({"fit", m.string(), "-n", "2"});
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    return trained_state(own / "run");
+  };
+  for (const char* precision : {"32", "bf16-true"}) {
+    const State equal = fit("equal", precision, "none", 0.0);
+    const std::vector<const char*> modes =
+        std::string(precision) == "32" ? std::vector<const char*>{"none", "parameters"}
+                                       : std::vector<const char*>{"none", "optimizer", "gradients", "parameters"};
+    for (const char* mode : modes) {
+      SCOPED_TRACE(std::string(precision) + ", " + mode);
+      const State apart = fit("apart", precision, mode, 0.25);
+      for (const auto& [name, tensor] : equal.tensors)
+        if (name.rfind("param/", 0) == 0) {
+          ASSERT_EQ(apart.tensors.count(name), 1u) << name;
+          EXPECT_TRUE(at::equal(apart.tensors.at(name), tensor)) << name << " differs from the run whose ranks start equal";
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::test

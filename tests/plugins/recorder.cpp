@@ -154,7 +154,8 @@ class Recording : public Base {
 // even ranks, 2 by default); dump_inputs (each training_step appends its
 // batch's "input" as raw float32 bytes, then its "target" as int64, to
 // <dump_inputs>.<rank>: what a data module handed the model, for a test to
-// compare with PyTorch's own arithmetic).
+// compare with PyTorch's own arithmetic); rank_offset (each rank adds
+// rank x this to its initial weights: ranks that start apart).
 class RecorderModel : public Recording<kiln::Model> {
  public:
   RecorderModel(const kiln::Host& host, kiln::Config& config)
@@ -181,6 +182,12 @@ class RecorderModel : public Recording<kiln::Model> {
       net_->register_buffer(buffer, torch::zeros({3}));
     // A parameter made without gradients, as a C++ plugin freezes one.
     if (config.get<bool>("frozen_bias", false)) net_->bias.set_requires_grad(false);
+    // Initial weights that differ between ranks (a plugin seeding its own
+    // generator): the start-up agreement must make rank 0's everyone's.
+    if (const double offset = config.get<double>("rank_offset", 0.0); offset != 0.0) {
+      torch::NoGradGuard no_grad;
+      for (auto& p : net_->parameters()) p.add_(offset * static_cast<double>(host.rank()));
+    }
   }
   static int64_t outputs(const kiln::Host& host, kiln::Config& config) {
     const int64_t odd = config.get<int64_t>("odd_rank_outputs", 2);

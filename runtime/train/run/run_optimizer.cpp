@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include <ATen/core/grad_mode.h>
 #include <spdlog/spdlog.h>
 
 #include "distributed/grad_sync.hpp"
@@ -71,6 +72,19 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
 }
 
 RunOptimizer::~RunOptimizer() = default;
+
+void RunOptimizer::weights_agreed(bool resumed) {
+  if (resumed || m_.trainer.precision != Precision::bf16_true) return;
+  at::NoGradGuard no_grad;
+  if (!shard_layout_) {
+    for (size_t i = 0; i < masters_.size(); ++i) masters_[i].copy_(state_.trainable[i]);
+    return;
+  }
+  const std::vector<at::Tensor> agreed =
+      parameters_ ? parameters_->owned_views() : ShardedStep::owned_views(state_.trainable, *shard_layout_, true);
+  for (size_t i = 0; i < owned_.size() && i < agreed.size(); ++i)
+    if (owned_[i].numel() > 0) owned_[i].detach().copy_(agreed[i].detach());
+}
 
 const std::vector<at::Tensor>& RunOptimizer::stepped_weights() const {
   return parameters_ ? owned_ : state_.trainable;

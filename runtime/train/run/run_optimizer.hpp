@@ -48,6 +48,12 @@ class RunOptimizer {
   // otherwise), to shard() once the ranks agree on the weights and to read
   // through while the loop runs.
   ShardedParameters* sharded_parameters() { return parameters_ ? &*parameters_ : nullptr; }
+  // Once the ranks agree on the weights (and sharded parameters are
+  // sharded): bf16-true's float32 masters are taken from the agreed
+  // weights, rank 0's, unless `resumed` (the checkpoint's masters were
+  // loaded). Made before the agreement, a rank's masters were its own
+  // plugin's weights, and its first step would have written them back.
+  void weights_agreed(bool resumed);
   // What trainer.detect_nonfinite checks before a commit: the weights this
   // rank steps (its own elements when sharded, the whole ones otherwise).
   const std::vector<at::Tensor>& stepped_weights() const;

@@ -215,7 +215,9 @@ class Run {
     spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s", seconds_since_start());
     wire_loops();
     collect_model_state(*model_, device_, command_, state_, m_.trainer.precision == Precision::bf16_true);
-    check_batches();
+    // Sharded parameters are checked once sharded (fit()): a check that runs
+    // the model reads every weight, and each rank would hold them all.
+    if (!shards_parameters()) check_batches();
     if (m_.averaging.kind != AveragingKind::none) {
       averaging_.emplace(m_.averaging, settings_.max_epochs, state_.params, state_.buffers);
       checkpointer_->parts().add("average", averaging_->checkpoint_part(), load_priority::run);
@@ -312,8 +314,14 @@ class Run {
     std::string lengths;
     for (kiln_split split : splits_used())
       lengths += fmt::format("{} split length {}\n", split_name(split), batches_->length(split));
-    agree_on_start(*group_, StartFacts{m_.text, all_plugins(), checkpoints_->resume_point(), lengths}, state_);
+    agree_on_start(*group_,
+                   StartFacts{m_.text, all_plugins(), checkpoints_->resume_point(), lengths, shards_parameters()},
+                   state_);
     phase(command_name(command_));
+  }
+
+  bool shards_parameters() const {
+    return command_ == Command::fit && m_.distributed.shard == ShardMode::parameters;
   }
 
   // The splits this command reads (their lengths must agree across ranks).
@@ -369,12 +377,23 @@ class Run {
     TrainPosition start;
     if (resume_) start = checkpoints_->resume(*resume_, command_);
     agree();
-    // ZeRO-3: each rank keeps its part of the agreed (or resumed) weights.
+    // ZeRO-3: each rank keeps its part of rank 0's (or the resumed) weights.
     ShardedParameters* sharded = optimizer_->sharded_parameters();
     if (sharded) {
+      phase("start-up agreement");
       sharded->shard();
+      phase(command_name(command_));
       sharded->set_profiler(profiler_.get());
+      // The model's look at its batches reads the weights through the shards.
+      ShardedParameters::Active reading(*sharded);
+      struct Release {  // however the check ends
+        ShardedParameters& parameters;
+        ~Release() { parameters.release_all(); }
+      } release{*sharded};
+      check_batches();
+      sharded->check();
     }
+    optimizer_->weights_agreed(resume_.has_value());
     // From the agreed weights (rank 0's), so every rank averages alike.
     if (averaging_) averaging_->begin_fit(resume_.has_value());
     if (averaging_ && m_.averaging.kind == AveragingKind::swa && m_.averaging.swa_lr > 0)

@@ -48,7 +48,8 @@ void agree_on_start(ProcessGroup& group, const StartFacts& facts, TrainingState&
     throw std::runtime_error(*difference);
   std::vector<at::Tensor> tensors;
   for (auto* list : {&state.params, &state.buffers})
-    for (auto& [name, t] : *list) tensors.push_back(t);
+    if (list != &state.params || !facts.parameters_sharded)
+      for (auto& [name, t] : *list) tensors.push_back(t);
   {
     at::NoGradGuard no_grad;
     group.broadcast(tensors, 0);

@@ -2,7 +2,8 @@
 // runs the same manifest, plugin builds, model shapes, resume point and
 // split lengths, or the run ends on every rank naming the difference and
 // the ranks; then rank 0's weights (the resumed ones) are broadcast, so all
-// ranks start equal.
+// ranks start equal (sharded parameters: a bucket at a time as they are
+// sharded, optim/sharded_parameters.hpp).
 #pragma once
 
 #include <string>
@@ -20,6 +21,9 @@ struct StartFacts {
   std::vector<const PluginInstance*> plugins;
   std::string resume_point;  // "" for a fresh start
   std::string split_lengths;  // "<split> split length <n>" lines
+  // distributed.shard = "parameters": the parameters are not broadcast here
+  // (ShardedParameters::shard takes rank 0's a bucket at a time), the buffers are.
+  bool parameters_sharded = false;
 };
 
 void agree_on_start(ProcessGroup& group, const StartFacts& facts, TrainingState& state);
