@@ -48,6 +48,7 @@
 #include "graph_program.hpp"
 #include "kiln/plugin.hpp"
 #include "kiln_plugins/classifier.hpp"
+#include "mapped_weights.hpp"
 #include "pt2_archive.hpp"
 
 #ifndef KILN_EXPORTED_TORCH_VERSION
@@ -367,8 +368,19 @@ class Exported final : public kiln_plugins::Classifier {
   }
 
   Outputs run(const kiln::Batch& batch, kiln::Split split) const {
+    if (!weights_copied_) copy_weights_out_of_file();
     const Bound& b = bound_for(split);
     return Outputs{&b.outputs, b.program->run(gather(b, batch, false))};
+  }
+
+  // The weights map the archive (mapped_weights.hpp) through the start-up,
+  // where the host may read only part of each (sharded parameters); what
+  // still maps it at the first step is copied into memory of its own, so a
+  // file exported again in place meanwhile cannot change a weight mid-run.
+  void copy_weights_out_of_file() const {
+    for (const at::Tensor& t : net_.parameters()) kiln_exported::move_out_of_file(t);
+    for (const at::Tensor& t : net_.buffers()) kiln_exported::move_out_of_file(t);
+    weights_copied_ = true;
   }
 
   at::Tensor scalar_loss(const Outputs& out) const {
@@ -419,6 +431,7 @@ class Exported final : public kiln_plugins::Classifier {
   std::string output_;       // what predictions and the manifest's loss read ("" : none)
   std::string target_;
   bool had_checkpointing_ = false;
+  mutable bool weights_copied_ = false;  // out of the archive's mapping (at the first step)
   // The dtype its floating-point weights were exported in (the host may
   // have cast them since: trainer.precision = "bf16-true").
   std::optional<at::ScalarType> exported_dtype_;

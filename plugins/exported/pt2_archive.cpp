@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <cstring>
 #include <tuple>
 #include <variant>
@@ -14,6 +15,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/utils/generated_serialization_types.h>
 
+#include "mapped_weights.hpp"
 #include "scalar_types.hpp"
 
 namespace kiln_exported {
@@ -49,8 +51,27 @@ class BytesReadAdapter final : public caffe2::serialize::ReadAdapterInterface {
 
 class Archive {
  public:
-  Archive(std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader, std::string name)
-      : reader_(std::move(reader)), name_(std::move(name)) {}
+  // `file`: the archive's file, whose stored records can be mapped; none
+  // for bytes in memory.
+  Archive(std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader, std::string name,
+          std::optional<MappedFile> file = std::nullopt)
+      : reader_(std::move(reader)), name_(std::move(name)), file_(std::move(file)) {}
+
+  // The record as a contiguous tensor of `sizes` mapping the file
+  // (mapped_weights.hpp), when it holds exactly those values and is stored
+  // uncompressed; nullopt otherwise (then it is read).
+  std::optional<at::Tensor> mapped(const std::string& record, const std::vector<int64_t>& sizes, at::ScalarType dtype) {
+    if (!file_) return std::nullopt;
+    size_t values = 1;
+    for (const int64_t s : sizes)
+      if (s < 0 || __builtin_mul_overflow(values, static_cast<size_t>(s), &values)) return std::nullopt;
+    size_t needed = 0;
+    if (__builtin_mul_overflow(values, c10::elementSize(dtype), &needed)) return std::nullopt;
+    return guarded("its record '" + record + "'", [&]() -> std::optional<at::Tensor> {
+      if (reader_->getRecordSize(record) != needed) return std::nullopt;
+      return file_->map(reader_->getRecordHeaderOffset(record), reader_->getRecordOffset(record), needed, sizes, dtype);
+    });
+  }
 
   // Every call into LibTorch's reader: its errors (a damaged zip, a name
   // outside the archive's folder) become this archive's one line.
@@ -90,7 +111,19 @@ class Archive {
 
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
   std::string name_;
+  std::optional<MappedFile> file_;
 };
+
+// Sizes and strides of a tensor laid out row-major, from element 0.
+bool row_major(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides, int64_t offset) {
+  if (offset != 0 || strides.size() != sizes.size()) return false;
+  int64_t expected = 1;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
 
 template <class T>
 T parse_json(Archive& archive, const std::string& record, const char* what) {
@@ -145,7 +178,15 @@ std::map<std::string, ProgramWeight> read_tensors(Archive& archive, const std::s
     const int64_t offset = t.get_storage_offset().tag() == ser::SymInt::Tag::AS_INT
                                ? t.get_storage_offset().get_as_int()
                                : -1;
-    auto [data, bytes] = archive.get("data/" + kind + "/" + meta.get_path_name());
+    const std::string record = "data/" + kind + "/" + meta.get_path_name();
+    // A weight maps the file (read only where a page is used); a constant,
+    // made while tracing, is small and read.
+    if (kind == "weights" && row_major(sizes, strides, offset))
+      if (std::optional<at::Tensor> mapped = archive.mapped(record, sizes, *dtype)) {
+        out[name] = ProgramWeight{*mapped, meta.get_is_param(), t.get_requires_grad()};
+        continue;
+      }
+    auto [data, bytes] = archive.get(record);
     const size_t item = c10::elementSize(*dtype);
     if (!fits(sizes, strides, offset, item, bytes))
       throw Pt2Error(what + " needs more bytes than its record '" + meta.get_path_name() + "' holds (" +
@@ -257,7 +298,7 @@ std::map<std::string, Pt2Program> read_pt2(const std::string& path, const std::s
     throw Pt2Error("'" + path + "' cannot be read: " + std::strerror(errno));
   }
   Archive archive(open_reader(path, [&] { return std::make_unique<caffe2::serialize::PyTorchStreamReader>(path); }),
-                  path);
+                  path, MappedFile::open(path));
   return read(archive, torch_version);
 }
 

@@ -162,7 +162,8 @@ int run_command(Command command, const std::string& manifest_file, std::vector<s
   // Start-up in steps, since the process started (the first training step's
   // line is the trainer's): bench/README.md, "Start-up".
   spdlog::debug("start-up: main() reached at {:.2f} s (LibTorch's libraries loaded and initialised), "
-                "manifest and plugins loaded at {:.2f} s", main_reached_s, seconds_since_start());
+                "manifest and plugins loaded at {:.2f} s; peak resident memory {} MB",
+                main_reached_s, seconds_since_start(), peak_resident_mb());
   // A restarted worker of kiln's own launch resumes where its supervisor says.
   const char* restart_from = std::getenv(kResumeFromVariable);
   const bool restarted = launched && launched->launcher == "kiln" && restart_from != nullptr && *restart_from != '\0';

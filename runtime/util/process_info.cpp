@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -53,6 +54,21 @@ double seconds_since_start() {
   if (ticks_per_second <= 0 || ::clock_gettime(CLOCK_BOOTTIME, &now) != 0) return NAN;
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9 -
          static_cast<double>(start_ticks) / static_cast<double>(ticks_per_second);
+}
+
+}  // namespace kiln
+
+namespace kiln {
+
+int64_t peak_resident_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) {
+      long long kib = -1;
+      if (std::sscanf(line.c_str() + 6, "%lld", &kib) != 1) return -1;
+      return static_cast<int64_t>(kib / 1024);
+    }
+  return -1;
 }
 
 }  // namespace kiln

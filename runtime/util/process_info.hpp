@@ -1,6 +1,7 @@
 // Facts about this process worth printing at the start of a run.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace kiln {
@@ -14,5 +15,11 @@ std::string mapped_blas();
 // LibTorch's libraries and their static initialisers. For the start-up debug
 // lines (a user's view of where start-up goes); NaN where /proc cannot tell.
 double seconds_since_start();
+
+// This process's peak resident memory so far (VmHWM in /proc/self/status:
+// its anonymous pages and the file pages it mapped and read), in MB; -1
+// where /proc cannot tell. For the start-up debug lines: what the model
+// cost each rank before training (sharded parameters keep it to a part).
+int64_t peak_resident_mb();
 
 }  // namespace kiln

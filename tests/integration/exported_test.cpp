@@ -685,5 +685,68 @@ TEST(Exported, TheFromPythonExampleRunsAsTheReadmeSays) {
       << fit.output;
 }
 
+// With distributed.shard = "parameters" no rank holds an exported model
+// whole at start-up: kiln_exported maps the archive's weights instead of
+// reading them (the "eval" program's copies, dropped after set-up, cost
+// nothing), and the host broadcasts rank 0's weights a bucket at a time as
+// it shards them, so a rank reads its own part of each and holds one bucket
+// beyond it. 32 layers of 1024 x 1024 (128 MiB of float32), 4 MB buckets,
+// 3 ranks: a rank's peak resident memory grows by less than 3/4 of the
+// model from main() to the end of the sharding (its third is 43 MiB).
+// Reading the weights, as kiln_exported did, it grew by more than twice the
+// model (the train and eval programs' copies); broadcasting them whole, by
+// 1 1/3 times.
+TEST(Exported, ShardedParametersNeverHoldTheWholeModelAtStartUp) {
+  KILN_REQUIRE_EXPORTED_PLUGIN();
+  TempDir dir;
+  const ProcessResult exported = run_script(dir, "deep.py", R"PY(
+import sys, torch
+from torch import nn
+sys.path.insert(0, sys.argv[1])
+import kiln_export
+from safetensors.torch import save_file
+torch.manual_seed(0)
+model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(32)], nn.Linear(1024, 4))
+g = torch.Generator().manual_seed(1)
+x = torch.randn(32, 1024, generator=g)
+save_file({"x": x, "y": torch.randint(0, 4, (32,), generator=g)}, sys.argv[2] + "/train.safetensors")
+kiln_export.export(model, x[:4], sys.argv[2] + "/model.pt2")
+print("values", sum(p.numel() for p in model.parameters()))
+)PY", {});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const std::vector<double> values = printed(exported.output, "values");
+  ASSERT_EQ(values.size(), 1u) << exported.output;
+  const double model_mb = values[0] * 4 / 1048576;
+  const std::filesystem::path m = write_run_manifest(
+      dir, {.name = "deep",
+            .run = "seed = 0\nthreads = 1\n",
+            .model = exported_keys(dir, "model.pt2"),
+            .data = "path = \"kiln_arrays\"\ntrain = \"" + (dir / "train.safetensors").string() +
+                    "\"\ninput = \"x\"\ntarget = \"y\"\n",
+            .trainer = trainer_keys(1, 8, kInOrder + "limit_train_batches = 1\n"),
+            .optimizer = "name = \"sgd\"\nlr = 0.1\n",
+            .extra = "\n[distributed]\nshard = \"parameters\"\nbucket_mb = 4\n[checkpoint]\nenabled = false\n"});
+  const ProcessResult fit = kiln({"fit", m.string(), "-n", "3", "--log-level", "debug"}, {.timeout = kTimeout});
+  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  // "main() reached ...; peak resident memory N MB" (every process, before
+  // any rank is known) and "[rank r] ... parameters sharded at ...; peak
+  // resident memory N MB".
+  double before = 0;
+  std::vector<double> sharded;
+  std::istringstream lines(fit.output);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t at = line.find("peak resident memory ");
+    if (at == std::string::npos) continue;
+    const double mb = std::stod(line.substr(at + 21));
+    if (line.find("main() reached") != std::string::npos) before = std::max(before, mb);
+    if (line.find("parameters sharded") != std::string::npos) sharded.push_back(mb);
+  }
+  ASSERT_GT(before, 0) << fit.output;
+  ASSERT_EQ(sharded.size(), 3u) << fit.output;
+  for (const double peak : sharded)
+    EXPECT_LT(peak - before, 0.75 * model_mb) << "a rank's peak grew from " << before << " to " << peak
+                                              << " MB over a model of " << model_mb << " MB";
+}
+
 }  // namespace
 }  // namespace kiln::test

@@ -8,7 +8,8 @@
 
 namespace kiln {
 
-void collect_model_state(ModelProxy& model, c10::Device device, Command command, TrainingState& state, bool bf16) {
+void collect_model_state(ModelProxy& model, c10::Device device, Command command, TrainingState& state, bool bf16,
+                         bool sharded) {
   ModelProxy::Tensors tensors = model.parameters();
   if (tensors.params.empty() && command == Command::fit)
     throw HookError(model.id(), "model", "parameters", "the model has no parameters to train");
@@ -35,7 +36,7 @@ void collect_model_state(ModelProxy& model, c10::Device device, Command command,
                state.buffers.size());
   if (command == Command::fit)
     for (const std::string& line : model_summary(parameter_infos(state.params))) spdlog::info("  {}", line);
-  if (spdlog::should_log(spdlog::level::debug)) {
+  if (spdlog::should_log(spdlog::level::debug) && !sharded) {
     // A like-for-like marker: bench/ compares it with a hand-written loop.
     double sum = 0;
     for (auto& [name, tensor] : state.params) sum += tensor.sum().item<double>();

@@ -212,9 +212,11 @@ class Run {
   // --- between the plugins' setup and teardown ---------------------------------------
   void body() {
     phase(command_name(command_));
-    spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s", seconds_since_start());
+    spdlog::debug("start-up: plugins set up (the data module's setup included) at {:.2f} s; peak resident memory {} MB",
+                  seconds_since_start(), peak_resident_mb());
     wire_loops();
-    collect_model_state(*model_, device_, command_, state_, m_.trainer.precision == Precision::bf16_true);
+    collect_model_state(*model_, device_, command_, state_, m_.trainer.precision == Precision::bf16_true,
+                        shards_parameters());
     // Sharded parameters are checked once sharded (fit()): a check that runs
     // the model reads every weight, and each rank would hold them all.
     if (!shards_parameters()) check_batches();
@@ -383,6 +385,8 @@ class Run {
       phase("start-up agreement");
       sharded->shard();
       phase(command_name(command_));
+      spdlog::debug("start-up: parameters sharded at {:.2f} s; peak resident memory {} MB", seconds_since_start(),
+                    peak_resident_mb());
       sharded->set_profiler(profiler_.get());
       // The model's look at its batches reads the weights through the shards.
       ShardedParameters::Active reading(*sharded);
