@@ -468,18 +468,24 @@ void ShardedParameters::check() const {
   if (written_) throw std::runtime_error(*written_);
 }
 
-void ShardedParameters::gather_all() {
+void ShardedParameters::gather_all(bool keep) {
   std::lock_guard lock(mutex_);
   if (!sharded_) return;
   at::RecordFunctionGuard quiet(false);
   at::NoGradGuard no_grad;
-  hold_all_ = true;
+  hold_all_ = true;  // outside the budget and the peak
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (!buckets_[b].whole) {
       request(b);
       buckets_[b].read = true;  // outside any pass
+      stats_.commit_whole_bytes = std::max(stats_.commit_whole_bytes, stats_.whole_bytes);
+      if (!keep) {
+        await(b);
+        free(b);
+      }
     }
   for (size_t b = 0; b < buckets_.size(); ++b) await(b);
+  hold_all_ = keep;
 }
 
 int64_t ShardedParameters::most_batches(int64_t mine) {

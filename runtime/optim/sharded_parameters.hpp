@@ -116,8 +116,11 @@ class ShardedParameters {
   // if something wrote into a whole parameter (its version counter moved):
   // the write was to a copy the next free drops, never to this rank's part.
   void check() const;
-  // Every parameter whole until release_all() (a checkpoint's param/ sections).
-  void gather_all();
+  // Every parameter whole until release_all(), for a checkpoint's param/
+  // sections, which rank 0 alone writes. `keep` false (the other ranks):
+  // this rank takes part in each bucket's gather, a collective, and frees
+  // it at once, so a commit holds no more than a bucket whole here.
+  void gather_all(bool keep = true);
   // The most batches any rank has of an evaluation this rank has `mine` of
   // (a sum over ranks): a rank with fewer repeats its last batch, uncounted,
   // so that every rank gathers as often.
@@ -130,6 +133,7 @@ class ShardedParameters {
     double waiting_s = 0;    // operators waited for gathers to arrive
     int64_t whole_bytes = 0, peak_whole_bytes = 0;  // since shard(), but for checkpoints' gather_all()
     int64_t total_bytes = 0;                        // every parameter's
+    int64_t commit_whole_bytes = 0;  // the most whole at once in gather_all() (a commit): all on rank 0
   };
   Stats stats() const;
 

@@ -692,7 +692,8 @@ TEST(Exported, TheFromPythonExampleRunsAsTheReadmeSays) {
 // it shards them, so a rank reads its own part of each and holds one bucket
 // beyond it. 32 layers of 1024 x 1024 (128 MiB of float32), 4 MB buckets,
 // 3 ranks: a rank's peak resident memory grows by less than 3/4 of the
-// model from main() to the end of the sharding (its third is 43 MiB).
+// model from main() to the end of the sharding (its third is 43 MiB); a
+// commit makes the weights whole on rank 0 alone.
 // Reading the weights, as kiln_exported did, it grew by more than twice the
 // model (the train and eval programs' copies); broadcasting them whole, by
 // 1 1/3 times.
@@ -725,27 +726,38 @@ print("values", sum(p.numel() for p in model.parameters()))
                     "\"\ninput = \"x\"\ntarget = \"y\"\n",
             .trainer = trainer_keys(1, 8, kInOrder + "limit_train_batches = 1\n"),
             .optimizer = "name = \"sgd\"\nlr = 0.1\n",
-            .extra = "\n[distributed]\nshard = \"parameters\"\nbucket_mb = 4\n[checkpoint]\nenabled = false\n"});
+            .extra = "\n[distributed]\nshard = \"parameters\"\nbucket_mb = 4\n[checkpoint]\n"});
   const ProcessResult fit = kiln({"fit", m.string(), "-n", "3", "--log-level", "debug"}, {.timeout = kTimeout});
   ASSERT_EQ(fit.exit_code, 0) << fit.output;
   // "main() reached ...; peak resident memory N MB" (every process, before
   // any rank is known) and "[rank r] ... parameters sharded at ...; peak
   // resident memory N MB".
   double before = 0;
-  std::vector<double> sharded;
+  std::map<std::string, double> sharded, committed;  // by "[rank r]"
   std::istringstream lines(fit.output);
   for (std::string line; std::getline(lines, line);) {
-    const size_t at = line.find("peak resident memory ");
-    if (at == std::string::npos) continue;
-    const double mb = std::stod(line.substr(at + 21));
-    if (line.find("main() reached") != std::string::npos) before = std::max(before, mb);
-    if (line.find("parameters sharded") != std::string::npos) sharded.push_back(mb);
+    const size_t open = line.find("[rank "), close = line.find(']', open);
+    const std::string rank = open == std::string::npos ? "" : line.substr(open, close - open + 1);
+    if (const size_t at = line.find("peak resident memory "); at != std::string::npos) {
+      const double mb = std::stod(line.substr(at + 21));
+      if (line.find("main() reached") != std::string::npos) before = std::max(before, mb);
+      if (line.find("parameters sharded") != std::string::npos) sharded[rank] = mb;
+    }
+    if (const size_t at = line.find(" for a commit)"); at != std::string::npos)
+      committed[rank] = std::stod(line.substr(line.rfind('(', at) + 1));
   }
   ASSERT_GT(before, 0) << fit.output;
   ASSERT_EQ(sharded.size(), 3u) << fit.output;
-  for (const double peak : sharded)
-    EXPECT_LT(peak - before, 0.75 * model_mb) << "a rank's peak grew from " << before << " to " << peak
+  for (const auto& [rank, peak] : sharded)
+    EXPECT_LT(peak - before, 0.75 * model_mb) << rank << "'s peak grew from " << before << " to " << peak
                                               << " MB over a model of " << model_mb << " MB";
+  // The fit's checkpoint: rank 0 alone writes the param/ sections, so only
+  // it holds the weights whole; the others take part in each bucket's
+  // gather and free it at once (every rank held them whole before).
+  ASSERT_EQ(committed.size(), 3u) << fit.output;
+  EXPECT_EQ(committed.at("[rank 0]"), values[0] * 4) << fit.output;
+  for (const char* rank : {"[rank 1]", "[rank 2]"})
+    EXPECT_LE(committed.at(rank), 1024 * 1024 * 4 + 1024 * 4) << rank << ": " << fit.output;
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
         frozen.push_back(p);
     parameters_.emplace(state_.trainable, *shard_layout_, frozen, group_,
                         static_cast<int64_t>(m_.distributed.bucket_mb * 1024 * 1024), m_.distributed.prefetch);
-    checkpoints.hold_whole_weights_while_committing([this] { parameters_->gather_all(); },
+    checkpoints.hold_whole_weights_while_committing([this, rank] { parameters_->gather_all(/*keep=*/rank == 0); },
                                                     [this] { parameters_->release_all(); });
   }
   owned_ = masters              ? owned_masters(state_.trainable, *shard_layout_)

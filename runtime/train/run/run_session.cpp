@@ -424,7 +424,8 @@ class Run {
     if (averaging_) optimization.averaging = &*averaging_;
     FitLoop loop(*context_, settings, optimization, stop_);
     // What a user waits for on every run (bench/README.md, "Start-up").
-    spdlog::debug("start-up: first training step at {:.2f} s since the process started", seconds_since_start());
+    spdlog::debug("start-up: first training step at {:.2f} s since the process started; peak resident memory {} MB",
+                  seconds_since_start(), peak_resident_mb());
     if (sharded) {
       ShardedResidency residency(*sharded);
       context_->residency = &residency;
@@ -436,11 +437,13 @@ class Run {
       loop.run(start);
       const ShardedParameters::Stats stats = sharded->stats();
       spdlog::info("distributed.shard = parameters: {} gathers, {} of them fetched ahead; {:.2f} s waited for "
-                   "gathers; at most {} of the {} bytes of weights whole at once",
-                   stats.gathers, stats.prefetched, stats.waiting_s, stats.peak_whole_bytes, stats.total_bytes);
+                   "gathers; at most {} of the {} bytes of weights whole at once ({} for a commit)",
+                   stats.gathers, stats.prefetched, stats.waiting_s, stats.peak_whole_bytes, stats.total_bytes,
+                   stats.commit_whole_bytes);
     } else {
       loop.run(start);
     }
+    spdlog::debug("fit: peak resident memory {} MB (its commits included)", peak_resident_mb());
     if (profiler_) report_profile(*profiler_, group_.get(), m_.run.dir, rank());
     if (group_ && spdlog::should_log(spdlog::level::debug))
       if (const std::string stats = group_->gradient_stats(); !stats.empty()) spdlog::debug("{}", stats);
