@@ -17,7 +17,8 @@
 #     end: its largest rank's peak must be within R. A P_max past
 #     KILN_LLAMA_MAX_VALUES (default 1.3e9: what this machine can export, the
 #     archive holding three copies) is reported, not run.
-# Batches of 4 x 64 tokens, 2 steps a rank, 1 thread a rank, no validation,
+# Batches of 1 x 16 tokens (activations of a few MB: the fit counts what
+# scales with the model), 2 steps a rank, 1 thread a rank, no validation,
 # no checkpoint (the training state alone). The last column compares each
 # case's P_max with the replicated float32 full fine-tune's at 1 process
 # (for LoRA: the replicated float32 LoRA's), the targets: sharded
@@ -80,7 +81,7 @@ path = "kiln_arrays"
 train = "$dir/train.safetensors"
 [trainer]
 max_epochs = 1
-batch_size = 4
+batch_size = 1
 limit_train_batches = 2
 limit_val_batches = 0
 test_after_fit = false

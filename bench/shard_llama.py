@@ -2,7 +2,7 @@
 
 transformers' LlamaForCausalLM: 8 layers of RoPE attention (heads of 128,
 half as many key/value heads), SwiGLU (intermediate 8H/3, a multiple of 64)
-and RMSNorm, a vocabulary of 4096, untied embeddings; batches of 4 x 64 tokens.
+and RMSNorm, a vocabulary of 4096, untied embeddings; rows of 16 tokens.
 
     shard_llama.py count H               "values N" (built on the meta device)
     shard_llama.py width P               the largest H (a multiple of 128) of at most P values
@@ -16,7 +16,7 @@ import sys
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-V, T, LAYERS, ROWS = 4096, 64, 8, 64
+V, T, LAYERS, ROWS = 4096, 16, 8, 64
 
 
 def config(h):

@@ -526,7 +526,7 @@ TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
 // are taken after the agreement: made from a rank's own weights, its first
 // step wrote them back into its model. Sharded parameters take rank 0's a
 // bucket at a time as they shard.
-TEST(StartUpAgreement, RanksThatStartApartTrainFromRankZerosWeightsInEveryModeAndPrecision) {
+TEST(RanksStartingApart, TrainFromRankZerosWeightsInEveryModeAndPrecision) {
   auto fit = [&](const std::string& name, const std::string& precision, const char* mode, double offset) {
     TempDir own;
     const std::filesystem::path m = recorder_manifest(
