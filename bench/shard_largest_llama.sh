@@ -16,7 +16,8 @@
 #  3. the largest H (a multiple of 128) within P_max exported and run to the
 #     end: its largest rank's peak must be within R. A P_max past
 #     KILN_LLAMA_MAX_VALUES (default 1.3e9: what this machine can export, the
-#     archive holding three copies) is reported, not run.
+#     archive holding three copies) is not run: the largest it can export
+#     is, and its peak is compared with the fit's prediction.
 # Batches of 1 x 16 tokens (activations of a few MB: the fit counts what
 # scales with the model), 2 steps a rank, 1 thread a rank, no validation,
 # no checkpoint (the training state alone). The last column compares each
@@ -147,17 +148,19 @@ for c in "${cases[@]}"; do
   read -r a b <<<"$(awk -v p1="${ps[0]}" -v p2="${ps[1]}" -v y1="${ys[0]}" -v y2="${ys[1]}" \
     'BEGIN {b = (y2 - y1) / (p2 - p1); printf "%.0f %.4f", y1 - b * p1, b}')"
   p_max=$(awk -v r="$rank_budget" -v a="$a" -v b="$b" 'BEGIN {printf "%.0f", (r - a) / b}')
-  largest="not run: past ${KILN_LLAMA_MAX_VALUES:-1.3e9} values"
-  if [ "$p_max" -le "$max_values" ]; then
-    h=$("$py" bench/shard_llama.py width "$p_max")
-    p=$(values "$h")
-    dir=$(export_model "$h" "$precision" "$lora")
-    run "$n" "$mode" "$precision" "$dir"
-    rm -rf "$dir"
-    within=$([ $((max_kib * 1024)) -le "$rank_budget" ] && echo within || echo "PAST")
-    largest="H $h ($(awk -v p="$p" 'BEGIN {printf "%.0f", p / 1e6}') M): $((max_kib / 1024)) MB, $within"
-    echo "  $c largest run H $h (P $p): rank VmHWM MB $peaks_mb (${secs} s)"
-  fi
+  # Past the cap, the largest model this machine exports is run instead:
+  # its peak against the fit's prediction checks the fit far from its sizes.
+  capped=$([ "$p_max" -gt "$max_values" ] && echo 1 || echo 0)
+  h=$("$py" bench/shard_llama.py width "$([ "$capped" = 1 ] && echo "$max_values" || echo "$p_max")")
+  p=$(values "$h")
+  dir=$(export_model "$h" "$precision" "$lora")
+  run "$n" "$mode" "$precision" "$dir"
+  rm -rf "$dir"
+  within=$([ $((max_kib * 1024)) -le "$rank_budget" ] && echo within || echo "PAST")
+  predicted=$(awk -v a="$a" -v b="$b" -v p="$p" 'BEGIN {printf "%.0f", (a + b * p) / 1048576}')
+  largest="H $h ($(awk -v p="$p" 'BEGIN {printf "%.0f", p / 1e6}') M): $((max_kib / 1024)) MB, $within"
+  [ "$capped" = 1 ] && largest="P_max past the ${KILN_LLAMA_MAX_VALUES:-1.3e9} values this machine exports; at H $h ($(awk -v p="$p" 'BEGIN {printf "%.0f", p / 1e6}') M): $((max_kib / 1024)) MB (the fit: $predicted)"
+  echo "  $c $([ "$capped" = 1 ] && echo "capped" || echo largest) run H $h (P $p): rank VmHWM MB $peaks_mb (${secs} s; the fit: $predicted MB)"
   key=$lora
   [ "$n" = 1 ] && [ "$mode" = none ] && [ "$precision" = 32 ] && base[$key]=$p_max
   ratio=$([ -n "${base[$key]:-}" ] && awk -v p="$p_max" -v q="${base[$key]}" 'BEGIN {printf "%.2fx", p / q}' || echo -)

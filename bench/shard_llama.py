@@ -47,17 +47,14 @@ else:
     from safetensors.torch import save_file
 
     torch.manual_seed(0)
-    if precision == "bf16-true":
-        torch.set_default_dtype(torch.bfloat16)  # built in bfloat16: no float32 copy of a large model
     model = LlamaForCausalLM(config(h))
-    torch.set_default_dtype(torch.float32)
     if lora:
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                                                  target_modules=["q_proj", "v_proj"]))
-        if precision == "bf16-true":
-            model = model.to(torch.bfloat16)
+    if precision == "bf16-true":  # exported in bfloat16, as docs/training.md says (RMSNorm's casts)
+        model = model.to(torch.bfloat16)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(1, V, (ROWS, T), generator=g)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
