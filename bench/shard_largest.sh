@@ -46,20 +46,8 @@ precision=${KILN_SHARD_PRECISION:-32}
 case "$precision" in 32|bf16-true) ;; *) echo "KILN_SHARD_PRECISION: 32 or bf16-true" >&2; exit 1 ;; esac
 budget=$(awk -v g="$budget_gib" 'BEGIN {printf "%.0f", g * 1024 ^ 3}')
 total=$(awk '/MemTotal/ {printf "%.0f", $2 * 1024}' /proc/meminfo)
-out=$(mktemp -d)
-live=()
-cleanup() {
-  for p in "${live[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
-# A private copy of kiln and its plugins (found at <kiln>/../lib/kiln/plugins):
-# a build running beside this one may relink them mid-run.
-mkdir -p "$out/kiln/bin" "$out/kiln/lib/kiln"
-cp "$build/bin/kiln" "$out/kiln/bin/"
-cp -r "$build/lib/kiln/plugins" "$out/kiln/lib/kiln/"
-kiln="$out/kiln/bin/kiln"
-"$kiln" --version >/dev/null
+. bench/peak_watch.sh
+private_kiln "$build"
 
 params() { echo $((3 * $1 * $1 + 798 * $1 + 10)); }
 # The largest width (a multiple of 64) whose P is at most $1.
@@ -78,27 +66,10 @@ run() {
     --set trainer.limit_train_batches=2 --set trainer.limit_val_batches=0 \
     --set trainer.test_after_fit=false --set checkpoint.enabled="$checkpoint" \
     --set checkpoint.every_n_epochs=0 --set run.dir="$run" --set trainer.progress=none >"$log" 2>&1 &
-  local launcher=$! p v avail rss
+  local launcher=$! p
   local -A hwm=()
-  while kill -0 "$launcher" 2>/dev/null; do
-    live=($(pgrep -f "run.dir=$run" || true))
-    for p in "${live[@]}"; do
-      v=$(awk '/VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
-      [ -n "$v" ] && hwm[$p]=$v
-    done
-    avail=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
-    rss=$(for p in "${live[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || true; done |
-      awk '{s += $1} END {print s + 0}')
-    if [ "$avail" -lt "$min_avail_kib" ] || [ $((rss * 1024)) -gt "$budget" ]; then
-      for p in "${live[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-      echo "RSS $((rss / 1024)) MB, MemAvailable $((avail / 1024)) MB: killed the run at $n processes, $mode, width $w" >&2
-      tail -20 "$log" >&2
-      exit 1
-    fi
-    sleep 0.2
-  done
+  watch_peaks "$launcher" "run.dir=$run" "$budget" "$min_avail_kib" "$log" "$n processes, $mode, width $w"
   wait "$launcher" || { echo "kiln failed at $n processes, $mode, width $w: $log" >&2; tail -30 "$log" >&2; exit 1; }
-  live=()
   secs=$((SECONDS - start))
   launcher_kib=${hwm[$launcher]:-0}
   unset "hwm[$launcher]"

@@ -37,18 +37,8 @@ max_values=$(awk -v v="${KILN_LLAMA_MAX_VALUES:-1.3e9}" 'BEGIN {printf "%.0f", v
 min_avail_kib=$(( ${KILN_MIN_AVAILABLE_MIB:-1024} * 1024 ))
 read -r -a fit_h <<<"${KILN_LLAMA_FIT_H:-768 1280}"
 read -r -a cases <<<"${KILN_LLAMA_CASES:-1:none:32:0 2:parameters:32:0 4:parameters:32:0 1:none:bf16-true:0 4:parameters:bf16-true:0 1:none:32:1 4:parameters:32:1 4:parameters:bf16-true:1}"
-out=$(mktemp -d)
-live=()
-cleanup() {
-  for p in "${live[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$out"
-}
-trap cleanup EXIT
-# A private copy of kiln and its plugins: a build beside this one may relink them.
-mkdir -p "$out/kiln/bin" "$out/kiln/lib/kiln"
-cp "$build/bin/kiln" "$out/kiln/bin/"
-cp -r "$build/lib/kiln/plugins" "$out/kiln/lib/kiln/"
-kiln="$out/kiln/bin/kiln"
+. bench/peak_watch.sh
+private_kiln "$build"
 
 values() { "$py" bench/shard_llama.py count "$1" | awk '{print $2}'; }
 # export H PRECISION LORA: the archive's directory (one export kept at a time
@@ -99,27 +89,11 @@ shard = "$mode"
 enabled = false
 TOML
   "$kiln" fit "$run.toml" -n "$n" >"$run.log" 2>&1 </dev/null &
-  local launcher=$! p v avail rss
+  local launcher=$! p
   local -A hwm=()
-  while kill -0 "$launcher" 2>/dev/null; do
-    live=($(pgrep -f "$run" || true))
-    for p in "${live[@]}"; do
-      v=$(awk '/VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || true)
-      [ -n "$v" ] && hwm[$p]=$v
-    done
-    avail=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
-    rss=$(for p in "${live[@]}"; do awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || true; done |
-      awk '{s += $1} END {print s + 0}')
-    if [ "$avail" -lt "$min_avail_kib" ] || [ $((rss * 1024)) -gt $((n * rank_budget + 1024 * 1024 * 1024)) ]; then
-      for p in "${live[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-      echo "RSS $((rss / 1024)) MB, MemAvailable $((avail / 1024)) MB: killed the run at $n processes, $mode, $precision" >&2
-      tail -20 "$run.log" >&2
-      exit 1
-    fi
-    sleep 0.2
-  done
+  watch_peaks "$launcher" "$run" $((n * rank_budget + 1024 * 1024 * 1024)) "$min_avail_kib" "$run.log" \
+    "$n processes, $mode, $precision"
   wait "$launcher" || { echo "kiln failed at $n processes, $mode, $precision: $run.log" >&2; tail -30 "$run.log" >&2; exit 1; }
-  live=()
   secs=$((SECONDS - start))
   # One process trains in the launcher itself; more in workers of its own.
   local own=${hwm[$launcher]:-0}
