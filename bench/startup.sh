@@ -53,7 +53,7 @@ record() {
   if [ "$case" = fit-n2 ]; then grep -F '[rank 0]' "$log" >"$log.0" || true; log=$log.0; fi
   awk -v b="$b" -v c="$case" '
     /start-up: main\(\) reached at/ { for (i = 1; i <= NF; i++) if ($i == "at") { print b, c, "main", $(i + 1); break } }
-    /start-up: plugins set up/      { print b, c, "setup", $(NF - 1) }
+    /start-up: plugins set up/      { for (i = 1; i <= NF; i++) if ($i == "at") { print b, c, "setup", $(i + 1); break } }
     /start-up: first training step/ { for (i = 1; i <= NF; i++) if ($i == "at") { print b, c, "first_step", $(i + 1); break } }
   ' "$log" >>"$results"
 }
