@@ -235,7 +235,7 @@ case "${1:-}" in
         export_sanitizer_options
         # The slow checks marked for one plain variant (KILN_ONLY_IN_VARIANT) skip here.
         export KILN_TEST_VARIANT=sanitize
-        ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 -R '^(unit|integration)\.' -E "$NOT_UNDER_SANITIZERS"
+        ctest --test-dir "$BUILD_DIR" --output-on-failure -j3 -R '^(unit|integration)\.' -E "$NOT_UNDER_SANITIZERS"
         ;;
       --tsan)
         BUILD_DIR=${KILN_BUILD_DIR:-build-tsan}
