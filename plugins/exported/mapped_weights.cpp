@@ -15,8 +15,7 @@ namespace kiln_exported {
 
 namespace {
 
-// The DataPtr context of a mapped weight: its deleter is what marks a
-// storage as still mapping a file.
+// The DataPtr context of a mapped weight.
 struct Mapping {
   void* base;
   size_t length;
@@ -73,18 +72,14 @@ std::optional<at::Tensor> MappedFile::map(size_t header_offset, size_t data_offs
   return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(storage, 0, sizes);
 }
 
-bool maps_a_file(const at::Tensor& t) {
-  return t.defined() && t.has_storage() && t.storage().data_ptr().get_deleter() == &Mapping::release;
-}
-
-bool move_out_of_file(const at::Tensor& t) {
-  if (!maps_a_file(t)) return false;
+void move_out_of_file(const at::Tensor& t) {
+  // The mapping's deleter marks a storage that still maps a file.
+  if (!t.defined() || !t.has_storage() || t.storage().data_ptr().get_deleter() != &Mapping::release) return;
   c10::StorageImpl& storage = *t.storage().unsafeGetStorageImpl();
   const size_t bytes = storage.nbytes();
   at::DataPtr own = c10::GetCPUAllocator()->allocate(bytes);
   std::memcpy(own.get(), storage.data(), bytes);
   storage.set_data_ptr_noswap(std::move(own));  // the mapping's DataPtr goes, and unmaps
-  return true;
 }
 
 }  // namespace kiln_exported

@@ -48,12 +48,9 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Whether `t`'s memory is still one of these mappings.
-bool maps_a_file(const at::Tensor& t);
-
 // Copies `t`'s values into memory of its own, in place (the same storage,
-// so every tensor sharing it sees the copy), if its memory still maps a
-// file; the mapping is released. Returns whether it copied.
-bool move_out_of_file(const at::Tensor& t);
+// so every tensor sharing it sees the copy), if its memory is still one of
+// these mappings, which is released; otherwise does nothing.
+void move_out_of_file(const at::Tensor& t);
 
 }  // namespace kiln_exported

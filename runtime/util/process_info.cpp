@@ -56,10 +56,6 @@ double seconds_since_start() {
          static_cast<double>(start_ticks) / static_cast<double>(ticks_per_second);
 }
 
-}  // namespace kiln
-
-namespace kiln {
-
 int64_t peak_resident_mb() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);)
