@@ -165,7 +165,7 @@ export_sanitizer_options() {
 # tests whose subject is kiln's own logic -- bad input, signals, kills,
 # locks, restarts, reports -- behave the same with either LibTorch: Debian's
 # variant runs them, the wheel's does not.
-KILN_LOGIC_ONLY='^integration\.(Resume/EveryStop|BatchCheck|OpenMpi|Slurm|Processes/Shard|ShardedCheckpoints|Readme|ArraysRefuse|CsvRefuse|ImageFolder/ImageFolderRefuse|ImageFolderDamaged|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Cli|Restart|Resume|ResumeAuto|Logging|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|EachDefect/LoaderRefuses|BadCheckpoint|Collect/Misuses|StartupAgreement|RanksStartingApart|ValCheckInterval|SanityCheck|OverfitBatches|Profiler|Bf16True)\.'
+KILN_LOGIC_ONLY='^integration\.(Resume/EveryStop|BatchCheck|OpenMpi|Slurm|Processes/Shard|ShardedCheckpoints|Readme|ArraysRefuse|CsvRefuse|ImageFolder/ImageFolderRefuse|ImageFolderDamaged|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Cli|Restart|Resume|ResumeAuto|Logging|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|EachDefect/LoaderRefuses|BadCheckpoint|Collect/Misuses|StartupAgreement|RanksStartingApart|ValCheckInterval|SanityCheck|OverfitBatches|Profiler|Bf16True|Bf16TrueWithoutMasters)\.'
 # Under the sanitizers: the tests that take kiln's code through its inputs,
 # files, plugins and collectives, not the ones that mostly wait on kills,
 # signals, timeouts and restarts (minutes of process time each, the same
@@ -174,7 +174,7 @@ KILN_LOGIC_ONLY='^integration\.(Resume/EveryStop|BatchCheck|OpenMpi|Slurm|Proces
 # sharded checkpoints' kills and reshards and the rounding bounds of ZeRO-2
 # (~140 s of test time there) check numbers and files whose code the
 # shorter sharded tests take through the sanitizers too.
-NOT_UNDER_SANITIZERS='^integration\.(ShardedCheckpoints|ShardedRoundingApart|RanksStartingApart|Resume/EveryStop|BatchCheck|Torchrun|OpenMpi|Slurm|HuggingFace|Readme|ArraysRefuse|CsvRefuse|ImageFolder|ImageFolderDamaged|ImageFolder/ImageFolderRefuse|Examples/OwnData|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Restart|ResumeAuto|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|Install|CharLm|CrossLibTorch|Resume/WorldSizes)\.'
+NOT_UNDER_SANITIZERS='^integration\.(ShardedCheckpoints|ShardedRoundingApart|RanksStartingApart|Bf16TrueWithoutMasters|Resume/EveryStop|BatchCheck|Torchrun|OpenMpi|Slurm|HuggingFace|Readme|ArraysRefuse|CsvRefuse|ImageFolder|ImageFolderDamaged|ImageFolder/ImageFolderRefuse|Examples/OwnData|BadInputs/Catalogue|OneAndTwoProcesses/Signals|SharedMemory|CheckpointCrash|FailureReport|EveryPoint/FaultPoint|Processes/(RunDirLock|ClosedPipe|StuckGetBatch)|KillARankAtARandomStep/FaultInjection|Restart|ResumeAuto|Rank/AbsentPeer|MaxTime|Preemption|RunDirLockRace|Install|CharLm|CrossLibTorch|Resume/WorldSizes)\.'
 
 # `--torch debian|wheel` may follow the command, before its other options.
 cmd=${1:-}

@@ -5,8 +5,10 @@
 # is: full fine-tuning and a LoRA adapter (peft, r = 8 on q_proj and
 # v_proj, the base frozen), float32 and bf16-true (exported in bfloat16),
 # replicated and with sharded parameters, at 1, 2 and 4 processes.
-# Each case is "PROCESSES:SHARD:PRECISION:LORA" (KILN_LLAMA_CASES; default
-# below). For each:
+# Each case is "PROCESSES:SHARD:PRECISION:LORA[:MASTERS]" (KILN_LLAMA_CASES;
+# default below; MASTERS 0: bf16-true with trainer.master_weights = false,
+# Lightning's bf16-true, the bfloat16 weights stepped with bfloat16
+# moments). For each:
 #  1. two sizes (KILN_LLAMA_FIT_H, default 768 1280: 58 M and 156 M values),
 #     each process's peak RSS (VmHWM, read from /proc until it exits), and a
 #     fit of the largest rank's peak = a + b P (P: the model's values, the
@@ -36,7 +38,7 @@ rank_budget=$(awk -v g="${KILN_RANK_BUDGET_GIB:-4}" 'BEGIN {printf "%.0f", g * 1
 max_values=$(awk -v v="${KILN_LLAMA_MAX_VALUES:-1.3e9}" 'BEGIN {printf "%.0f", v}')
 min_avail_kib=$(( ${KILN_MIN_AVAILABLE_MIB:-1024} * 1024 ))
 read -r -a fit_h <<<"${KILN_LLAMA_FIT_H:-768 1280}"
-read -r -a cases <<<"${KILN_LLAMA_CASES:-1:none:32:0 2:parameters:32:0 4:parameters:32:0 1:none:bf16-true:0 4:parameters:bf16-true:0 1:none:32:1 4:parameters:32:1 4:parameters:bf16-true:1}"
+read -r -a cases <<<"${KILN_LLAMA_CASES:-1:none:32:0 2:parameters:32:0 4:parameters:32:0 1:none:bf16-true:0 4:parameters:bf16-true:0 4:parameters:bf16-true:0:0 1:none:32:1 4:parameters:32:1 4:parameters:bf16-true:1}"
 . bench/peak_watch.sh
 private_kiln "$build"
 
@@ -53,10 +55,10 @@ export_model() {
   echo "$dir"
 }
 
-# run N SHARD PRECISION DIR: trains, samples VmHWM; sets max_kib (the largest
-# rank's), peaks_mb (each rank's) and secs.
+# run N SHARD PRECISION DIR MASTERS: trains, samples VmHWM; sets max_kib (the
+# largest rank's), peaks_mb (each rank's) and secs.
 run() {
-  local n=$1 mode=$2 precision=$3 dir=$4
+  local n=$1 mode=$2 precision=$3 dir=$4 masters=$5
   local run="$out/run.$n.$mode.$precision.$RANDOM" start=$SECONDS
   cat >"$run.toml" <<TOML
 [run]
@@ -80,6 +82,7 @@ shuffle = false
 data_workers = 0
 progress = "none"
 precision = "$precision"
+master_weights = $([ "$masters" = 0 ] && echo false || echo true)
 [optimizer]
 name = "adam"
 lr = 0.0001
@@ -110,12 +113,13 @@ echo "budget $(awk -v b="$rank_budget" 'BEGIN {printf "%.2f", b / 1024 ^ 3}') Gi
 table=()
 declare -A base=()
 for c in "${cases[@]}"; do
-  IFS=: read -r n mode precision lora <<<"$c"
+  IFS=: read -r n mode precision lora masters <<<"$c"
+  masters=${masters:-1}
   ys=() ps=()
   for h in "${fit_h[@]}"; do
     dir=$(export_model "$h" "$precision" "$lora")
     p=$(values "$h")
-    run "$n" "$mode" "$precision" "$dir"
+    run "$n" "$mode" "$precision" "$dir" "$masters"
     echo "  $c H $h (P $p): rank VmHWM MB $peaks_mb (${secs} s)"
     ys+=($((max_kib * 1024))) ps+=("$p")
   done
@@ -128,7 +132,7 @@ for c in "${cases[@]}"; do
   h=$("$py" bench/shard_llama.py width "$([ "$capped" = 1 ] && echo "$max_values" || echo "$p_max")")
   p=$(values "$h")
   dir=$(export_model "$h" "$precision" "$lora")
-  run "$n" "$mode" "$precision" "$dir"
+  run "$n" "$mode" "$precision" "$dir" "$masters"
   rm -rf "$dir"
   within=$([ $((max_kib * 1024)) -le "$rank_budget" ] && echo within || echo "PAST")
   predicted=$(awk -v a="$a" -v b="$b" -v p="$p" 'BEGIN {printf "%.0f", (a + b * p) / 1048576}')
@@ -138,7 +142,8 @@ for c in "${cases[@]}"; do
   key=$lora
   [ "$n" = 1 ] && [ "$mode" = none ] && [ "$precision" = 32 ] && base[$key]=$p_max
   ratio=$([ -n "${base[$key]:-}" ] && awk -v p="$p_max" -v q="${base[$key]}" 'BEGIN {printf "%.2fx", p / q}' || echo -)
-  table+=("$(printf "| %s | %s | %s | %s | %.2f | %d | %.0f M | %s | %s |" "$n" "$mode" "$precision" \
+  table+=("$(printf "| %s | %s | %s | %s | %.2f | %d | %.0f M | %s | %s |" "$n" "$mode" \
+    "$precision$([ "$masters" = 0 ] && echo ", no masters")" \
     "$([ "$lora" = 1 ] && echo LoRA || echo full)" "$b" $((a / 1024 / 1024)) \
     "$(awk -v p="$p_max" 'BEGIN {print p / 1e6}')" "$largest" "$ratio")")
   echo "  $c: a $((a / 1024 / 1024)) MB, b $b bytes/value; P_max $((p_max / 1000000)) M"

@@ -78,6 +78,10 @@ struct TrainerConfig {
   ProgressMode progress = ProgressMode::automatic;
   bool test_after_fit = false;      // run the test split at the end of `kiln fit`
   Precision precision = Precision::fp32;
+  // bf16-true: the optimizer steps float32 copies of the trained weights
+  // (true), or the bfloat16 weights themselves, its state bfloat16 too, as
+  // Lightning's bf16-true does (false).
+  bool master_weights = true;
   std::string max_time;             // "" = no limit; else "[DD:]HH:MM:SS" (config/duration.hpp)
   // Validation inside an epoch: a fraction of the epoch's batches or a
   // number of batches; 1.0 = at the epoch's end only.

@@ -374,6 +374,14 @@ class Validator {
       fail(where_key("averaging", "kind") + ": averaging.kind = '" + option_name(m.averaging.kind) +
            "' is not built for trainer.precision = 'bf16-true' (its averages would be bfloat16, where an average's "
            "small steps round away): use precision = 'bf16-mixed', or averaging.kind = 'none'");
+    if (!m.trainer.master_weights && m.trainer.precision != Precision::bf16_true)
+      fail(where_key("trainer", "master_weights") + ": trainer.master_weights = false is for trainer.precision = "
+           "'bf16-true' (the other precisions keep float32 weights, which are their own masters): set precision = "
+           "'bf16-true', or remove master_weights");
+    if (!m.trainer.master_weights && m.optimizer.name != OptimizerName::adam && m.optimizer.name != OptimizerName::adamw)
+      fail(where_key("trainer", "master_weights") + ": trainer.master_weights = false is built for adam and adamw, "
+           "whose step computes each bfloat16 weight in float32 and rounds it once; optimizer.name is " +
+           option_name(m.optimizer.name) + " (use adam or adamw, or master_weights = true)");
     if (m.checkpoint.enabled && m.checkpoint.monitor.empty() && m.checkpoint.save_top_k > 1) {
       fail(where_key("checkpoint", "save_top_k") + ": checkpoint.save_top_k = " +
            std::to_string(m.checkpoint.save_top_k) +

@@ -492,7 +492,8 @@ void ProcessGroup::reduce_scatter(int64_t begin, int64_t count, int64_t shard, c
       shm_->reduce_scatter_sum(begin, count, shard, fill, owned, accumulate, what);
       return;
     }
-    at::Tensor range = at::empty({count}, owned.options());
+    // Summed in float32 whatever the owned sums' dtype (rounded as they land).
+    at::Tensor range = at::empty({count}, owned.options().dtype(at::kFloat));
     fill(begin, range);
     std::vector<at::Tensor> one{range};
     c10d::AllreduceOptions options;

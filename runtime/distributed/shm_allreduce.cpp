@@ -192,8 +192,10 @@ void ShmAllReduce::reduce_scatter_sum(int64_t begin, int64_t count, int64_t shar
                                       at::Tensor& owned, bool accumulate, const char* contribution) {
   if (count <= 0) return;
   contribution_ = contribution;
-  if (owned.scalar_type() != at::kFloat || !owned.is_contiguous() || !owned.device().is_cpu())
-    throw std::invalid_argument("the shared-memory reduce-scatter takes a contiguous float32 CPU shard");
+  if (!at::isFloatingType(owned.scalar_type()) || !owned.is_contiguous() || !owned.device().is_cpu())
+    throw std::invalid_argument("the shared-memory reduce-scatter takes a contiguous floating-point CPU shard");
+  // Summed in float32, then rounded once into a shard of another dtype.
+  const bool in_place = !accumulate && owned.scalar_type() == at::kFloat;
   const auto options = at::TensorOptions().dtype(at::kFloat);
   const int64_t per_chunk = static_cast<int64_t>(slot_bytes_ / sizeof(float));
   const int64_t mine_lo = rank_ * shard, mine_hi = mine_lo + shard;
@@ -214,10 +216,13 @@ void ShmAllReduce::reduce_scatter_sum(int64_t begin, int64_t count, int64_t shar
           };
           at::Tensor out = owned.narrow(0, lo - mine_lo, hi - lo);
           // In rank order, as all_reduce_sum adds: the same sums to the bit.
-          at::Tensor sum = accumulate ? at::empty({hi - lo}, options) : out;
+          at::Tensor sum = in_place ? out : at::empty({hi - lo}, options);
           at::add_out(sum, view(0), view(1));
           for (int r = 2; r < ranks_; ++r) sum.add_(view(r));
-          if (accumulate) out.add_(sum);
+          if (accumulate)
+            out.add_(sum);
+          else if (!in_place)
+            out.copy_(sum);
         });
   }
   count_call(start, waited_before);

@@ -23,30 +23,36 @@ struct Coefficients {
 
 // One pass: what LibTorch's Adam::step computes with a tensor op each.
 // A loop the compiler vectorises (this file is built with -fno-math-errno,
-// so sqrt is one instruction): no aliasing, no branch inside.
-template <bool Decoupled, bool WeightDecay>
-void fused_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                 int64_t begin, int64_t end, const Coefficients c) {
+// so sqrt is one instruction): no aliasing, no branch inside. T is float,
+// or c10::BFloat16 (bf16-true without master weights): each element read
+// as float32, computed in float32 and rounded once as it is stored, as
+// PyTorch's fused Adam does for bfloat16. Every element is computed alike
+// wherever it lies in the tensor, so a rank's shard steps to the replicated
+// step's bits (LibTorch's bfloat16 ops round a tensor's tail apart from
+// its vectorised body: their bits depend on where a shard starts).
+template <bool Decoupled, bool WeightDecay, class T>
+void fused_range(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, int64_t begin,
+                 int64_t end, const Coefficients c) {
   for (int64_t i = begin; i < end; ++i) {
-    float grad = g[i];
-    float weight = p[i];
+    float grad = static_cast<float>(g[i]);
+    float weight = static_cast<float>(p[i]);
     if (WeightDecay) {
       if (Decoupled)
         weight *= c.decay;
       else
         grad += c.weight_decay * weight;
     }
-    const float avg = m[i] * c.beta1 + c.one_minus_beta1 * grad;
-    const float avg_sq = v[i] * c.beta2 + c.one_minus_beta2 * grad * grad;
-    m[i] = avg;
-    v[i] = avg_sq;
+    const float avg = static_cast<float>(m[i]) * c.beta1 + c.one_minus_beta1 * grad;
+    const float avg_sq = static_cast<float>(v[i]) * c.beta2 + c.one_minus_beta2 * grad * grad;
+    m[i] = static_cast<T>(avg);
+    v[i] = static_cast<T>(avg_sq);
     const float denom = std::sqrt(avg_sq) / c.bias_correction2_sqrt + c.eps;
-    p[i] = weight - c.step_size * (avg / denom);
+    p[i] = static_cast<T>(weight - c.step_size * (avg / denom));
   }
 }
 
-template <bool Decoupled>
-void fused_pass(float* p, const float* g, float* m, float* v, int64_t n, const Coefficients& c) {
+template <bool Decoupled, class T>
+void fused_pass(T* p, const T* g, T* m, T* v, int64_t n, const Coefficients& c) {
   at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
     if (c.weight_decay_on)
       fused_range<Decoupled, true>(p, g, m, v, begin, end, c);
@@ -55,9 +61,11 @@ void fused_pass(float* p, const float* g, float* m, float* v, int64_t n, const C
   });
 }
 
-bool fusable(const at::Tensor& p, const at::Tensor& g) {
-  return p.device().is_cpu() && p.scalar_type() == at::kFloat && g.scalar_type() == at::kFloat && p.is_contiguous() &&
-         g.is_contiguous() && !g.is_sparse();
+bool fusable(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v) {
+  const at::ScalarType type = p.scalar_type();
+  return p.device().is_cpu() && (type == at::kFloat || type == at::kBFloat16) && g.scalar_type() == type &&
+         m.scalar_type() == type && v.scalar_type() == type && p.is_contiguous() && g.is_contiguous() &&
+         m.is_contiguous() && v.is_contiguous() && !g.is_sparse();
 }
 
 template <class Options, class State, bool Decoupled>
@@ -83,7 +91,7 @@ void fused_step(torch::optim::Optimizer& optimizer) {
       const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
       const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(s.step()));
       const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(s.step()));
-      if (fusable(p, grad) && s.exp_avg().is_contiguous() && s.exp_avg_sq().is_contiguous()) {
+      if (fusable(p, grad, s.exp_avg(), s.exp_avg_sq())) {
         const Coefficients c{static_cast<float>(beta1),
                              static_cast<float>(beta2),
                              static_cast<float>(1 - beta1),
@@ -94,8 +102,13 @@ void fused_step(torch::optim::Optimizer& optimizer) {
                              static_cast<float>(o.lr() / bias_correction1),
                              static_cast<float>(std::sqrt(bias_correction2)),
                              static_cast<float>(o.eps())};
-        fused_pass<Decoupled>(p.data_ptr<float>(), grad.data_ptr<float>(), s.exp_avg().template data_ptr<float>(),
-                              s.exp_avg_sq().template data_ptr<float>(), p.numel(), c);
+        if (p.scalar_type() == at::kFloat)
+          fused_pass<Decoupled>(p.data_ptr<float>(), grad.data_ptr<float>(), s.exp_avg().template data_ptr<float>(),
+                                s.exp_avg_sq().template data_ptr<float>(), p.numel(), c);
+        else
+          fused_pass<Decoupled>(p.data_ptr<c10::BFloat16>(), grad.data_ptr<c10::BFloat16>(),
+                                s.exp_avg().template data_ptr<c10::BFloat16>(),
+                                s.exp_avg_sq().template data_ptr<c10::BFloat16>(), p.numel(), c);
         continue;
       }
       // LibTorch's own arithmetic for what the pass does not take.

@@ -20,16 +20,11 @@ const OptimizerEntry& entry_of(const torch::optim::Optimizer& optimizer) {
   return *entry;
 }
 
-at::ScalarType state_dtype(const at::Tensor& param) {
-  const at::ScalarType type = param.scalar_type();
-  return type == at::kBFloat16 || type == at::kHalf ? at::kFloat : type;
-}
-
 bool ParamStateSections::has(const std::string& field) const { return file_.has(prefix_ + field); }
 
 at::Tensor ParamStateSections::tensor(const std::string& field) const {
-  at::Tensor t = at::empty(param_.sizes(), param_.options().dtype(state_dtype(param_)));
-  restore_tensor_section(file_, prefix_ + field, prefix_ + field, t);
+  at::Tensor t = at::empty(param_.sizes(), param_.options().dtype(state_dtype_));
+  restore_tensor_section(file_, prefix_ + field, prefix_ + field, t, /*convert_floating=*/true);
   return t;
 }
 
@@ -43,20 +38,21 @@ namespace {
 class RankFilesSections : public ParamStateReader {
  public:
   RankFilesSections(const std::vector<CheckpointFile>& ranks, const ShardLayout& layout, size_t index,
-                    const at::Tensor& param)
-      : ranks_(ranks), layout_(layout), index_(index), prefix_("optim/" + std::to_string(index) + "/"), param_(param) {}
+                    const at::Tensor& param, at::ScalarType state_dtype)
+      : ranks_(ranks), layout_(layout), index_(index), prefix_("optim/" + std::to_string(index) + "/"), param_(param),
+        state_dtype_(state_dtype) {}
   bool has(const std::string& field) const override {
     const CheckpointFile* first = first_holder();
     return first && first->has(prefix_ + field);
   }
   at::Tensor tensor(const std::string& field) const override {
-    at::Tensor whole = at::empty(param_.sizes(), param_.options().dtype(state_dtype(param_)));
+    at::Tensor whole = at::empty(param_.sizes(), param_.options().dtype(state_dtype_));
     at::Tensor flat = whole.view({-1});
     for (size_t r = 0; r < ranks_.size(); ++r) {
       const ShardLayout::Run run = layout_.owned(index_, static_cast<int64_t>(r));
       if (run.length == 0) continue;
       at::Tensor part = flat.narrow(0, run.begin, run.length);
-      restore_tensor_section(ranks_[r], prefix_ + field, prefix_ + field, part);
+      restore_tensor_section(ranks_[r], prefix_ + field, prefix_ + field, part, /*convert_floating=*/true);
     }
     return whole;
   }
@@ -77,12 +73,14 @@ class RankFilesSections : public ParamStateReader {
   size_t index_;
   std::string prefix_;
   const at::Tensor& param_;
+  at::ScalarType state_dtype_;
 };
 
 }  // namespace
 
-OptimizerStateSource::OptimizerStateSource(const CheckpointFile& file, const std::vector<at::Tensor>& trainable)
-    : file_(file), trainable_(trainable), ranks_(read_rank_files(file)) {
+OptimizerStateSource::OptimizerStateSource(const CheckpointFile& file, const std::vector<at::Tensor>& trainable,
+                                           at::ScalarType state_dtype)
+    : file_(file), trainable_(trainable), state_dtype_(state_dtype), ranks_(read_rank_files(file)) {
   if (ranks_.empty()) return;
   std::vector<int64_t> numels;
   for (const auto& p : trainable) numels.push_back(p.numel());
@@ -90,8 +88,8 @@ OptimizerStateSource::OptimizerStateSource(const CheckpointFile& file, const std
 }
 
 std::unique_ptr<ParamStateReader> OptimizerStateSource::reader(size_t index) const {
-  if (layout_) return std::make_unique<RankFilesSections>(ranks_, *layout_, index, trainable_[index]);
-  return std::make_unique<ParamStateSections>(file_, index, trainable_[index]);
+  if (layout_) return std::make_unique<RankFilesSections>(ranks_, *layout_, index, trainable_[index], state_dtype_);
+  return std::make_unique<ParamStateSections>(file_, index, trainable_[index], state_dtype_);
 }
 
 void OptimizerPart::save(CheckpointSnapshot& snapshot) const {
@@ -135,7 +133,9 @@ void OptimizerPart::load(const CheckpointFile& file) {
   const OptimizerEntry& entry = entry_of(optimizer_);
   auto& states = optimizer_.state();
   states.clear();
-  const OptimizerStateSource source(file, *trainable_);
+  // The optimizer steps `trainable` (float32 masters, or the weights themselves).
+  const OptimizerStateSource source(file, *trainable_,
+                                    trainable_->empty() ? at::kFloat : trainable_->front().scalar_type());
   for (size_t i = 0; i < trainable_->size(); ++i) {
     const std::unique_ptr<ParamStateReader> reader = source.reader(i);
     const ParamStateReader& fields = *reader;

@@ -34,16 +34,15 @@ const OptimizerEntry& entry_of(const torch::optim::Optimizer& optimizer);
 // The field of a parameter's float32 master (bf16-true).
 inline constexpr const char* kMasterField = "master";
 
-// The dtype of a parameter's optimizer state: its own, but float32 for a
-// bfloat16 or float16 parameter (kiln steps those through float32 masters).
-at::ScalarType state_dtype(const at::Tensor& param);
-
 // One parameter's "optim/<i>/" sections of a checkpoint, each shaped like
-// `param` (typed state_dtype(param)).
+// `param` and typed `state_dtype`: the dtype this run's optimizer steps in
+// (float32 for bf16-true's masters, bfloat16 without them). A floating
+// section of another dtype converts (a resume with or without masters
+// takes the other's moments, rounded or widened).
 class ParamStateSections : public ParamStateReader {
  public:
-  ParamStateSections(const CheckpointFile& file, size_t index, const at::Tensor& param)
-      : file_(file), prefix_("optim/" + std::to_string(index) + "/"), param_(param) {}
+  ParamStateSections(const CheckpointFile& file, size_t index, const at::Tensor& param, at::ScalarType state_dtype)
+      : file_(file), prefix_("optim/" + std::to_string(index) + "/"), param_(param), state_dtype_(state_dtype) {}
   bool has(const std::string& field) const override;
   at::Tensor tensor(const std::string& field) const override;
   int64_t count(const std::string& field) const override;
@@ -52,6 +51,7 @@ class ParamStateSections : public ParamStateReader {
   const CheckpointFile& file_;
   std::string prefix_;
   const at::Tensor& param_;
+  at::ScalarType state_dtype_;
 };
 
 // Where a checkpoint keeps each parameter's optimizer state: its own
@@ -62,12 +62,15 @@ class ParamStateSections : public ParamStateReader {
 // parameter this way; a sharded run then keeps its own elements.
 class OptimizerStateSource {
  public:
-  OptimizerStateSource(const CheckpointFile& file, const std::vector<at::Tensor>& trainable);
+  // `state_dtype`: the dtype of the state this run steps (ParamStateSections).
+  OptimizerStateSource(const CheckpointFile& file, const std::vector<at::Tensor>& trainable,
+                       at::ScalarType state_dtype);
   std::unique_ptr<ParamStateReader> reader(size_t index) const;
 
  private:
   const CheckpointFile& file_;
   const std::vector<at::Tensor>& trainable_;
+  at::ScalarType state_dtype_;
   std::vector<CheckpointFile> ranks_;
   std::optional<ShardLayout> layout_;
 };

@@ -19,16 +19,15 @@ constexpr int64_t kFirstBucketBytes = int64_t{1} << 20;  // DDP's first bucket: 
 }  // namespace
 
 ShardedGradients::ShardedGradients(const std::vector<at::Tensor>& trainable, const ShardLayout& layout,
-                                   ProcessGroup* group, bool free_reduced)
+                                   ProcessGroup* group, bool free_reduced, at::ScalarType owned_dtype)
     : params_(trainable),
       layout_(layout),
       group_(group),
       free_reduced_(free_reduced),
       inverse_world_(1.0 / static_cast<double>(layout.world_size())),
       bucket_of_(trainable.size()) {
-  // float32 whatever the parameters' dtype: bf16-true's masters step these.
-  owned_ = at::zeros({layout.shard_size()}, trainable.empty() ? at::TensorOptions(at::kFloat)
-                                                               : trainable[0].options().dtype(at::kFloat).requires_grad(false));
+  owned_ = at::zeros({layout.shard_size()}, trainable.empty() ? at::TensorOptions(owned_dtype)
+                                                               : trainable[0].options().dtype(owned_dtype).requires_grad(false));
   // From the last parameter back, whole parameters, as DDP fills its buckets.
   int64_t cap = kFirstBucketBytes, bytes = 0;
   for (size_t i = params_.size(); i-- > 0;) {
@@ -76,9 +75,10 @@ void ShardedGradients::after_backward() {
   if (!armed_) return;
   // Buckets with a parameter that got no gradient (it contributes zeros).
   while (next_ < buckets_.size()) reduce(buckets_[next_++]);
-  // bf16-true: the mean is a bfloat16 gradient, as the parameter's, rounded
-  // once, as the replicated buckets round it.
-  if (!params_.empty() && params_[0].scalar_type() == at::kBFloat16) {
+  // bf16-true's float32 masters: the mean is a bfloat16 gradient, as the
+  // parameter's, rounded once, as the replicated buckets round it (owned
+  // sums in bfloat16 were rounded as they landed).
+  if (!params_.empty() && params_[0].scalar_type() == at::kBFloat16 && owned_.scalar_type() == at::kFloat) {
     at::NoGradGuard no_grad;
     owned_.copy_(owned_.to(at::kBFloat16));
   }
@@ -114,10 +114,13 @@ void ShardedGradients::reduce(Bucket& bucket) {
   } else {
     // One rank owns everything: its gradients are the sums.
     at::Tensor range = owned_.narrow(0, begin, end - begin);
-    if (accumulate_) {
-      at::Tensor sum = at::empty_like(range);
+    if (accumulate_ || range.scalar_type() != at::kFloat) {
+      at::Tensor sum = at::empty(range.sizes(), range.options().dtype(at::kFloat));
       fill(begin, sum);
-      range.add_(sum);
+      if (accumulate_)
+        range.add_(sum);
+      else
+        range.copy_(sum);
     } else {
       fill(begin, range);
     }

@@ -37,9 +37,13 @@ class ProcessGroup;
 class ShardedGradients {
  public:
   // `trainable` are the optimizer's parameters in order (leaves requiring
-  // gradients, float32, contiguous); `group` is null in one process.
+  // gradients, of one floating dtype, contiguous); `group` is null in one
+  // process. `owned_dtype`: the owned sums' (float32 for bf16-true's
+  // float32 masters; the parameters' own when the optimizer steps them).
+  // Whatever it is, the ranks' contributions are summed in float32 and
+  // rounded once, as the replicated buckets are.
   ShardedGradients(const std::vector<at::Tensor>& trainable, const ShardLayout& layout, ProcessGroup* group,
-                   bool free_reduced);
+                   bool free_reduced, at::ScalarType owned_dtype);
   ~ShardedGradients();  // removes the hooks
   ShardedGradients(const ShardedGradients&) = delete;
   ShardedGradients& operator=(const ShardedGradients&) = delete;

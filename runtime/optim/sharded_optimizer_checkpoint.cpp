@@ -78,7 +78,8 @@ void ShardedOptimizerPart::gather() {
   gathered_.assign(owned_.size(), std::nullopt);
   for (size_t i = 0; i < owned_.size(); ++i)
     if (own[i] && keep) gathered_[i] = ParamStateFields{{}, own[i]->texts};
-  const at::TensorOptions options = trainable_[0].options().dtype(state_dtype(trainable_[0])).requires_grad(false);
+  // The state's dtype is what the optimizer steps: the owned elements' (masters' or the weights').
+  const at::TensorOptions options = trainable_[0].options().dtype(owned_[0].scalar_type()).requires_grad(false);
   const int64_t shard = layout_.shard_size(), world = layout_.world_size(), rank = layout_.rank();
   for (const std::string& name : names) {
     // This field of each parameter that has it: rank 0's whole tensors, filled below.
@@ -145,7 +146,7 @@ void ShardedOptimizerPart::load(const CheckpointFile& file) {
   const OptimizerEntry& entry = entry_of(optimizer_);
   auto& states = optimizer_.state();
   states.clear();
-  const OptimizerStateSource source(file, trainable_);
+  const OptimizerStateSource source(file, trainable_, owned_.empty() ? at::kFloat : owned_[0].scalar_type());
   for (size_t i = 0; i < owned_.size(); ++i) {
     const std::unique_ptr<ParamStateReader> reader = source.reader(i);
     const ParamStateReader& sections = *reader;

@@ -357,7 +357,8 @@ void ShardedParameters::allocate(size_t bucket) {
     const at::Tensor& p = s.params[i];
     c10::StorageImpl& storage = *p.storage().unsafeGetStorageImpl();
     const size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
-    storage.set_data_ptr_noswap(allocator_of(storage, p.device())->allocate(bytes));
+    at::DataPtr memory = take_spare(bytes, p.device());
+    storage.set_data_ptr_noswap(memory ? std::move(memory) : allocator_of(storage, p.device())->allocate(bytes));
     storage.set_nbytes(bytes);
     b.versions.push_back(p._version());
   }
@@ -422,11 +423,36 @@ void ShardedParameters::free(size_t bucket) {
                  "(change weights only through the optimizer, or use distributed.shard = \"gradients\")";
   for (size_t i = b.first; i < b.last; ++i) {
     c10::StorageImpl& storage = *s.params[i].storage().unsafeGetStorageImpl();
-    storage.set_data_ptr_noswap(at::DataPtr(nullptr, s.params[i].device()));
+    const size_t bytes = storage.nbytes();
+    at::DataPtr memory = storage.set_data_ptr(at::DataPtr(nullptr, s.params[i].device()));
     storage.set_nbytes(0);
+    // Kept while whole and spare stay within the most ever whole at once
+    // (a commit's gather_all excepted: then it goes back).
+    if (memory && bytes > 0 && stats_.whole_bytes + spare_bytes_ <= stats_.peak_whole_bytes) {
+      spare_bytes_ += static_cast<int64_t>(bytes);
+      spare_.push_back(Spare{std::move(memory), bytes});
+    }
   }
   b.whole = false;
   stats_.whole_bytes -= b.bytes;
+}
+
+at::DataPtr ShardedParameters::take_spare(size_t bytes, c10::Device device) {
+  for (size_t i = spare_.size(); i-- > 0;)
+    if (spare_[i].bytes == bytes && spare_[i].memory.device() == device) {
+      at::DataPtr memory = std::move(spare_[i].memory);
+      spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(i));
+      spare_bytes_ -= static_cast<int64_t>(bytes);
+      return memory;
+    }
+  // None of its size: memory of its own, and what is spare beyond the most
+  // ever whole, with it, goes back (the oldest first).
+  while (!spare_.empty() &&
+         stats_.whole_bytes + spare_bytes_ + static_cast<int64_t>(bytes) > stats_.peak_whole_bytes) {
+    spare_bytes_ -= static_cast<int64_t>(spare_.front().bytes);
+    spare_.erase(spare_.begin());
+  }
+  return at::DataPtr(nullptr, device);
 }
 
 void ShardedParameters::fill_nan(size_t bucket) {

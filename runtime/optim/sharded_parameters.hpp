@@ -172,6 +172,22 @@ class ShardedParameters {
   void end_pass();
   void gathering_thread();
 
+  // Memory of freed buckets, kept for the next gather of a parameter of its
+  // size instead of going back to the allocator: every pass gathers the
+  // same buckets, so after the first the gathers allocate nothing. Freed
+  // and allocated again each time, tensors of 1-32 MB churned glibc's heap
+  // (its mmap threshold rises to the largest freed), which then held up to
+  // several hundred MB a rank more than the whole buckets, differently on
+  // each rank. At most the most bytes ever whole at once is kept.
+  struct Spare {
+    at::DataPtr memory;
+    size_t bytes;
+  };
+  std::vector<Spare> spare_;
+  int64_t spare_bytes_ = 0;
+  // Spare memory of `bytes` on `device`, or null (then some may go back).
+  at::DataPtr take_spare(size_t bytes, c10::Device device);
+
   std::vector<std::unique_ptr<Space>> spaces_;
   std::vector<at::Tensor> owned_;  // round_into_shard's views of the shard
   std::vector<Bucket> buckets_;

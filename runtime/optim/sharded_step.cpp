@@ -23,7 +23,8 @@ ShardedStep::ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> ow
       group_(group),
       masters_(masters),
       parameters_(parameters),
-      gradients_(whole.trainable, layout, group, free_gradients) {}
+      gradients_(whole.trainable, layout, group, free_gradients,
+                 masters || whole.trainable.empty() ? at::kFloat : whole.trainable[0].scalar_type()) {}
 
 std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout,
                                                  bool any_dtype) {

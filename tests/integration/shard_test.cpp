@@ -443,17 +443,20 @@ TEST(ShardedParameters, EachRankHoldsItsPartAndTheRunKeepsTheReplicatedRunsBits)
 // another mode, or the same) from its checkpoint's masters. A float32
 // evaluation of a bf16-true checkpoint reads its weights as float32, and
 // [averaging] with bf16-true is refused at start.
-void expect_same_bf16(const State& want, const State& got) {
+void expect_same_bf16(const State& want, const State& got, bool masters = true) {
   expect_equal_sections(want, got);
+  // The optimizer's state in the dtype it steps: float32 masters', or the bfloat16 weights'.
+  ASSERT_EQ(want.tensors.count("optim/0/exp_avg"), 1u);
+  EXPECT_EQ(want.tensors.at("optim/0/exp_avg").scalar_type(), masters ? at::kFloat : at::kBFloat16);
   // 6 weights in bfloat16, each its float32 master rounded.
-  int weights = 0, masters = 0;
+  int weights = 0, master_count = 0;
   for (const auto& [name, tensor] : want.tensors) {
     if (name.rfind("param/", 0) == 0) {
       ++weights;
       EXPECT_EQ(tensor.scalar_type(), at::kBFloat16) << name;
     }
     if (name.size() > 7 && name.compare(name.size() - 7, 7, "/master") == 0) {
-      ++masters;
+      ++master_count;
       EXPECT_EQ(tensor.scalar_type(), at::kFloat) << name;
       bool rounded = false;
       for (const auto& [other, weight] : want.tensors)
@@ -463,8 +466,7 @@ void expect_same_bf16(const State& want, const State& got) {
     }
   }
   EXPECT_EQ(weights, 6);
-  EXPECT_EQ(masters, 6);
-  EXPECT_EQ(want.tensors.count("optim/0/exp_avg"), 1u);
+  EXPECT_EQ(master_count, masters ? 6 : 0);
 }
 
 TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
@@ -516,6 +518,59 @@ TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
             std::string::npos)
       << averaged.output;
   EXPECT_FALSE(std::filesystem::exists(dir / "averaged"));
+}
+
+// trainer.master_weights = false: Lightning's bf16-true, the optimizer
+// stepping the bfloat16 weights themselves, its state bfloat16 (no
+// "/master" sections). The sharded reduce-scatter still sums float32 and
+// rounds once into bfloat16 sums, so the modes keep the replicated run's
+// bits as with masters: ZeRO-1 with accumulation at 2 processes, ZeRO-3 at
+// 3, stopped and resumed. The weights differ from the run with masters
+// (the option does something). A run with masters goes on without them
+// from its checkpoint, its moments rounded, and the other way, widened.
+TEST(Bf16TrueWithoutMasters, TheOptimizerStepsTheBfloat16WeightsInEveryShardModeAndResumesAcross) {
+  TempDir dir;
+  auto fit = [&](const std::string& name, std::vector<std::string> args, bool masters = false) {
+    if (!masters) args.insert(args.end(), {"--set", "trainer.master_weights=false"});
+    const ProcessResult r = kiln_fit(manifest(dir, name, /*bf16=*/true), args);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    return r;
+  };
+  const std::vector<std::string> accumulate{"-n", "2", "--set", "trainer.accumulate_grad_batches=2"};
+  const ProcessResult replicated = fit("replicated", accumulate);
+  EXPECT_NE(replicated.output.find("precision bf16-true (no master weights"), std::string::npos) << replicated.output;
+  const ProcessResult zero1 = fit("zero1", with_shard(accumulate, "optimizer"));
+  EXPECT_NE(zero1.output.find("holds the optimizer's state for 198 of the 395"), std::string::npos) << zero1.output;
+  expect_same_bf16(trained_state(dir / "replicated"), trained_state(dir / "zero1"), /*masters=*/false);
+
+  const std::vector<std::string> three{"-n", "3", "--set", "trainer.accumulate_grad_batches=1", "--set",
+                                       "distributed.bucket_mb=0.0001"};
+  fit("replicated3", three);
+  auto resumed = [&](const std::string& name, const char* mode, bool first_masters, bool then_masters) {
+    std::vector<std::string> stop = with_shard(three, mode), go_on = with_shard(three, mode);
+    stop.insert(stop.end(), {"--set", "trainer.max_steps=9"});
+    go_on.insert(go_on.end(), {"--resume", "last"});
+    fit(name, stop, first_masters);
+    fit(name, go_on, then_masters);
+    return trained_state(dir / name);
+  };
+  const State want = trained_state(dir / "replicated3");
+  expect_same_bf16(want, resumed("zero3", "parameters", false, false), /*masters=*/false);
+  // With masters the same run ends elsewhere.
+  fit("masters3", three, /*masters=*/true);
+  const State with_masters = trained_state(dir / "masters3");
+  int differing = 0;
+  for (const auto& [name, tensor] : want.tensors)
+    if (name.rfind("param/", 0) == 0 && with_masters.tensors.count(name))
+      differing += at::equal(with_masters.tensors.at(name), tensor) ? 0 : 1;
+  EXPECT_GT(differing, 0) << "master_weights = false trained as the masters do";
+  // Across the setting, each way: the state the resumed run steps.
+  const State dropped = resumed("masters_then_none", "parameters", true, false);
+  EXPECT_EQ(dropped.tensors.at("optim/0/exp_avg").scalar_type(), at::kBFloat16);
+  EXPECT_EQ(dropped.tensors.count("optim/0/master"), 0u);
+  const State taken = resumed("none_then_masters", "none", false, true);
+  EXPECT_EQ(taken.tensors.at("optim/0/exp_avg").scalar_type(), at::kFloat);
+  EXPECT_EQ(taken.tensors.count("optim/0/master"), 1u);
 }
 
 // A model whose ranks start apart (test.recorder_model's rank_offset: rank

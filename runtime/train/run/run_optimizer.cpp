@@ -23,10 +23,16 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
     throw InputError("distributed.gradient_compression is for the replicated all-reduce; distributed.shard = \"" +
                      std::string(option_name(shard)) +
                      "\" reduce-scatters float32 gradients (set one of them to \"none\")");
-  const bool masters = m_.trainer.precision == Precision::bf16_true;
+  const bool masters = stepping_masters();
+  // bfloat16 weights stepped without masters: Adam's one pass computes each
+  // element in float32 and rounds it once (optim/fused_adam.hpp), the same
+  // wherever a shard starts; LibTorch's bfloat16 ops would round a tensor's
+  // tail apart from the rest, and each op separately.
+  OptimizerConfig optimizer = m_.optimizer;
+  if (m_.trainer.precision == Precision::bf16_true && !masters) optimizer.fused = true;
   if (shard == ShardMode::none) {
     if (masters) masters_ = whole_masters(state_.trainable);
-    state_.optimizer = make_optimizer(m_.optimizer, groups, masters ? masters_ : state_.trainable);
+    state_.optimizer = make_optimizer(optimizer, groups, masters ? masters_ : state_.trainable);
     checkpoints.register_optimizer(masters ? &masters_ : nullptr);
     return;
   }
@@ -52,8 +58,9 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
   }
   owned_ = masters              ? owned_masters(state_.trainable, *shard_layout_)
            : parameters_        ? parameters_->owned_views()
-                                : ShardedStep::owned_views(state_.trainable, *shard_layout_);
-  state_.optimizer = make_optimizer(m_.optimizer, groups, owned_);
+                                : ShardedStep::owned_views(state_.trainable, *shard_layout_,
+                                                            m_.trainer.precision == Precision::bf16_true);
+  state_.optimizer = make_optimizer(optimizer, groups, owned_);
   checkpoints.register_sharded_optimizer(owned_, *shard_layout_, group_, masters);
   int64_t elements = 0;
   for (const auto& v : owned_) elements += v.numel();
@@ -73,8 +80,12 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
 
 RunOptimizer::~RunOptimizer() = default;
 
+bool RunOptimizer::stepping_masters() const {
+  return m_.trainer.precision == Precision::bf16_true && m_.trainer.master_weights;
+}
+
 void RunOptimizer::weights_agreed(bool resumed) {
-  if (resumed || m_.trainer.precision != Precision::bf16_true) return;
+  if (resumed || !stepping_masters()) return;
   at::NoGradGuard no_grad;
   if (!shard_layout_) {
     for (size_t i = 0; i < masters_.size(); ++i) masters_[i].copy_(state_.trainable[i]);
@@ -95,7 +106,7 @@ std::unique_ptr<OptimizerStep> RunOptimizer::step(GradScaler* scaler, NonfiniteW
   if (group_ && !shard_layout_ && !grad_sync_)  // a sharded step reduce-scatters the gradients itself
     grad_sync_ = std::make_unique<GradSync>(*group_, state_.trainable, state_.trainable_names,
                                             m_.distributed.gradient_compression);
-  const bool masters = m_.trainer.precision == Precision::bf16_true;
+  const bool masters = stepping_masters();
   // A replicated step's optimizer steps the whole masters; a sharded one's
   // its own (owned_), the model's parameters filled by the gather.
   const bool whole_masters = masters && !shard_layout_;

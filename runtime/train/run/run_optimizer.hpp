@@ -59,12 +59,17 @@ class RunOptimizer {
   const std::vector<at::Tensor>& stepped_weights() const;
 
  private:
+  // bf16-true with trainer.master_weights: the optimizer steps float32
+  // copies; otherwise the weights themselves (float32, or bfloat16 with
+  // bfloat16 state, Lightning's bf16-true).
+  bool stepping_masters() const;
+
   const Manifest& m_;
   TrainingState& state_;
   ProcessGroup* group_;
   std::unique_ptr<GradSync> grad_sync_;
   std::optional<ShardLayout> shard_layout_;  // distributed.shard != none
-  std::vector<at::Tensor> owned_;            // its views of this rank's elements (bf16-true: float32 copies)
+  std::vector<at::Tensor> owned_;            // its views of this rank's elements (bf16-true's masters: float32 copies)
   std::vector<at::Tensor> masters_;          // bf16-true, replicated: float32 copies of the trainable weights
   std::optional<ShardedParameters> parameters_;  // distributed.shard = "parameters"
 };

@@ -156,9 +156,11 @@ class Run {
     at::set_num_threads(threads);
     if (m_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
     make_current(device_);  // before NCCL and any plugin allocate on "the" GPU
-    spdlog::info("kiln {} {}: device {}, precision {}, {} intra-op threads, BLAS {}, run dir {}", KILN_VERSION,
-                 command_name(command_), device_.str(), option_name(m_.trainer.precision), at::get_num_threads(),
-                 mapped_blas(), m_.run.dir.string());
+    const bool without_masters = m_.trainer.precision == Precision::bf16_true && !m_.trainer.master_weights;
+    spdlog::info("kiln {} {}: device {}, precision {}{}, {} intra-op threads, BLAS {}, run dir {}", KILN_VERSION,
+                 command_name(command_), device_.str(), option_name(m_.trainer.precision),
+                 without_masters ? " (no master weights: the optimizer steps the bfloat16 weights)" : "",
+                 at::get_num_threads(), mapped_blas(), m_.run.dir.string());
   }
 
   // The process group exists before any plugin: no plugin code can run
