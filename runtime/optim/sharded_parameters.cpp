@@ -358,7 +358,11 @@ void ShardedParameters::allocate(size_t bucket) {
     c10::StorageImpl& storage = *p.storage().unsafeGetStorageImpl();
     const size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
     at::DataPtr memory = take_spare(bytes, p.device());
-    storage.set_data_ptr_noswap(memory ? std::move(memory) : allocator_of(storage, p.device())->allocate(bytes));
+    if (!memory) {
+      memory = allocator_of(storage, p.device())->allocate(bytes);
+      ++stats_.allocations;
+    }
+    storage.set_data_ptr_noswap(std::move(memory));
     storage.set_nbytes(bytes);
     b.versions.push_back(p._version());
   }

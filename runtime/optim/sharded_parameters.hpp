@@ -134,6 +134,7 @@ class ShardedParameters {
     int64_t whole_bytes = 0, peak_whole_bytes = 0;  // since shard(), but for checkpoints' gather_all()
     int64_t total_bytes = 0;                        // every parameter's
     int64_t commit_whole_bytes = 0;  // the most whole at once in gather_all() (a commit): all on rank 0
+    int64_t allocations = 0;         // parameters made whole in memory of their own, not a freed one's
   };
   Stats stats() const;
 

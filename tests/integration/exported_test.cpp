@@ -783,7 +783,7 @@ print("values", sum(p.numel() for p in model.parameters()))
   // any rank is known) and "[rank r] ... parameters sharded at ...; peak
   // resident memory N MB".
   double before = 0;
-  std::map<std::string, double> sharded, committed;  // by "[rank r]"
+  std::map<std::string, double> sharded, committed, allocated, gathered;  // by "[rank r]"
   std::istringstream lines(fit.output);
   for (std::string line; std::getline(lines, line);) {
     const size_t open = line.find("[rank "), close = line.find(']', open);
@@ -793,8 +793,11 @@ print("values", sum(p.numel() for p in model.parameters()))
       if (line.find("main() reached") != std::string::npos) before = std::max(before, mb);
       if (line.find("parameters sharded") != std::string::npos) sharded[rank] = mb;
     }
-    if (const size_t at = line.find(" for a commit)"); at != std::string::npos)
+    if (const size_t at = line.find(" for a commit)"); at != std::string::npos) {
       committed[rank] = std::stod(line.substr(line.rfind('(', at) + 1));
+      allocated[rank] = std::stod(line.substr(at + 15));
+      gathered[rank] = std::stod(line.substr(line.find("parameters: ") + 12));
+    }
   }
   ASSERT_GT(before, 0) << fit.output;
   ASSERT_EQ(sharded.size(), 3u) << fit.output;
@@ -806,8 +809,16 @@ print("values", sum(p.numel() for p in model.parameters()))
   // gather and free it at once (every rank held them whole before).
   ASSERT_EQ(committed.size(), 3u) << fit.output;
   EXPECT_EQ(committed.at("[rank 0]"), values[0] * 4) << fit.output;
-  for (const char* rank : {"[rank 1]", "[rank 2]"})
+  for (const char* rank : {"[rank 1]", "[rank 2]"}) {
     EXPECT_LE(committed.at(rank), 1024 * 1024 * 4 + 1024 * 4) << rank << ": " << fit.output;
+    // Every layer's weight is the size of the others: after the first few,
+    // each gather (and the commit's) takes the memory of a bucket freed
+    // before it, not the allocator's (which, churned, held memory apart on
+    // each rank).
+    EXPECT_GE(gathered.at(rank), 100) << rank << ": " << fit.output;
+    EXPECT_LE(allocated.at(rank), gathered.at(rank) / 4) << rank << " of " << gathered.at(rank) << " gathers: "
+                                                          << fit.output;
+  }
 }
 
 }  // namespace

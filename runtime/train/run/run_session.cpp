@@ -439,9 +439,10 @@ class Run {
       loop.run(start);
       const ShardedParameters::Stats stats = sharded->stats();
       spdlog::info("distributed.shard = parameters: {} gathers, {} of them fetched ahead; {:.2f} s waited for "
-                   "gathers; at most {} of the {} bytes of weights whole at once ({} for a commit)",
+                   "gathers; at most {} of the {} bytes of weights whole at once ({} for a commit); {} parameters "
+                   "made whole in memory of their own, the rest in a freed bucket's",
                    stats.gathers, stats.prefetched, stats.waiting_s, stats.peak_whole_bytes, stats.total_bytes,
-                   stats.commit_whole_bytes);
+                   stats.commit_whole_bytes, stats.allocations);
     } else {
       loop.run(start);
     }
