@@ -148,9 +148,9 @@ void declare_trainer_output_keys(TableDeclaration<TrainerConfig>& trainer) {
               "the trained weights (docs/training.md, \"Precision\")");
   trainer.key("master_weights", &TrainerConfig::master_weights,
               "with precision `bf16-true`: `true`: the optimizer steps float32 copies of the trained weights, its "
-              "state float32 (18 bytes a trained value with Adam); `false`: it steps the bfloat16 weights "
-              "themselves, its state bfloat16, as Lightning's bf16-true (8 bytes a value; an update under half a "
-              "weight's bfloat16 spacing is lost) (docs/training.md, \"Precision\")");
+              "state float32 (Adam: 20 bytes a trained value replicated); `false` (adam and adamw): it steps the "
+              "bfloat16 weights themselves, its state bfloat16, as Lightning's bf16-true (8 bytes a value; an "
+              "update under half a weight's bfloat16 spacing is lost) (docs/training.md, \"Precision\")");
   trainer.key("max_time", &TrainerConfig::max_time,
               "a time limit for the fit, `HH:MM:SS` or `DD:HH:MM:SS` (Lightning's form); \"\" = none. It stops at "
               "a step boundary all ranks agree on, with a checkpoint when checkpoints are on; a resumed run gets the "
