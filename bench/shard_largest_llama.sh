@@ -27,6 +27,8 @@
 # (for LoRA: the replicated float32 LoRA's), the issue's targets: sharded
 # parameters in bf16-true at 4 processes >= 6x; LoRA with sharded
 # parameters at 4 processes >= 3.5x.
+# KILN_LLAMA_LARGEST_H runs that H as the largest instead (its peak against
+# the budget and the fit's prediction).
 #   bench/shard_largest_llama.sh   (needs ./go build --torch wheel, and
 #   transformers and peft in .venv-torch: ./go test --torch wheel installs them)
 set -euo pipefail
@@ -130,6 +132,8 @@ for c in "${cases[@]}"; do
   # its peak against the fit's prediction checks the fit far from its sizes.
   capped=$([ "$p_max" -gt "$max_values" ] && echo 1 || echo 0)
   h=$("$py" bench/shard_llama.py width "$([ "$capped" = 1 ] && echo "$max_values" || echo "$p_max")")
+  # KILN_LLAMA_LARGEST_H: run this H instead (a size the fit does not pick).
+  h=${KILN_LLAMA_LARGEST_H:-$h}
   p=$(values "$h")
   dir=$(export_model "$h" "$precision" "$lora")
   run "$n" "$mode" "$precision" "$dir" "$masters"
