@@ -525,9 +525,9 @@ TEST(Bf16True, EveryShardModeKeepsTheReplicatedRunsBitsAndReshards) {
 // "/master" sections). The sharded reduce-scatter still sums float32 and
 // rounds once into bfloat16 sums, so the modes keep the replicated run's
 // bits as with masters: ZeRO-1 with accumulation at 2 processes, ZeRO-3 at
-// 3, stopped and resumed. The weights differ from the run with masters
-// (the option does something). A run with masters goes on without them
-// from its checkpoint, its moments rounded, and the other way, widened.
+// 3, stopped and resumed. A run with masters goes on without them from
+// its checkpoint, its moments rounded (and ends elsewhere than the run
+// without: the option does something), and the other way, widened.
 TEST(Bf16TrueWithoutMasters, TheOptimizerStepsTheBfloat16WeightsInEveryShardModeAndResumesAcross) {
   TempDir dir;
   auto fit = [&](const std::string& name, std::vector<std::string> args, bool masters = false) {
@@ -556,16 +556,14 @@ TEST(Bf16TrueWithoutMasters, TheOptimizerStepsTheBfloat16WeightsInEveryShardMode
   };
   const State want = trained_state(dir / "replicated3");
   expect_same_bf16(want, resumed("zero3", "parameters", false, false), /*masters=*/false);
-  // With masters the same run ends elsewhere.
-  fit("masters3", three, /*masters=*/true);
-  const State with_masters = trained_state(dir / "masters3");
-  int differing = 0;
-  for (const auto& [name, tensor] : want.tensors)
-    if (name.rfind("param/", 0) == 0 && with_masters.tensors.count(name))
-      differing += at::equal(with_masters.tensors.at(name), tensor) ? 0 : 1;
-  EXPECT_GT(differing, 0) << "master_weights = false trained as the masters do";
   // Across the setting, each way: the state the resumed run steps.
   const State dropped = resumed("masters_then_none", "parameters", true, false);
+  // Its first 9 steps with masters end elsewhere than the run without.
+  int differing = 0;
+  for (const auto& [name, tensor] : want.tensors)
+    if (name.rfind("param/", 0) == 0 && dropped.tensors.count(name))
+      differing += at::equal(dropped.tensors.at(name), tensor) ? 0 : 1;
+  EXPECT_GT(differing, 0) << "master_weights = false trained as the masters do";
   EXPECT_EQ(dropped.tensors.at("optim/0/exp_avg").scalar_type(), at::kBFloat16);
   EXPECT_EQ(dropped.tensors.count("optim/0/master"), 0u);
   const State taken = resumed("none_then_masters", "none", false, true);
