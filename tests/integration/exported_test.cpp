@@ -323,9 +323,44 @@ TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
   EXPECT_GT(last_value(read_metrics(dir / "run" / "metrics.csv"), "val/loss"), 0) << fit.output;
 }
 
-// trainer.precision = "bf16-true" on the same decoder with a frozen part
-// (the position embedding and the first block exported with
-// requires_grad false): an eager PyTorch loop doing what kiln documents
+// A bf16-true run of the decoder with a frozen part (the position
+// embedding and the first block exported with requires_grad false) and
+// the eager loop `eager` runs on the same model: both runs' 20 losses, the
+// fit's output and the comparison of kiln's exported weights with the
+// eager loop's (`compare`).
+struct Bf16GptRuns {
+  std::string fit;
+  std::vector<double> kiln_losses, eager_losses;
+  std::string compared;
+};
+
+Bf16GptRuns bf16_gpt_runs(const TempDir& dir, const std::string& trainer_more, const std::string& optimizer,
+                          const char* eager) {
+  Bf16GptRuns out;
+  auto run_python = [&](const char* what) { return run_script(dir, "gpt.py", kGpt, {what}); };
+  const ProcessResult exported = run_python("export_frozen");
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  gpt_manifest(dir, "precision = \"bf16-true\"\n" + trainer_more, optimizer, "\n[checkpoint]\n");
+  const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
+  EXPECT_EQ(fit.exit_code, 0) << fit.output;
+  out.fit = fit.output;
+  const ProcessResult eager_run = run_python(eager);
+  EXPECT_EQ(eager_run.exit_code, 0) << eager_run.output;
+  out.kiln_losses = step_losses(dir / "run" / "metrics.jsonl");
+  out.eager_losses = printed(eager_run.output, "loss");
+  EXPECT_EQ(out.eager_losses.size(), 20u) << eager_run.output;
+  const ProcessResult exported_weights =
+      kiln({"export", (dir / "run" / "checkpoints" / "last.ckpt").string(), "-o", (dir / "kiln.safetensors").string()});
+  EXPECT_EQ(exported_weights.exit_code, 0) << exported_weights.output;
+  const ProcessResult compared = run_python("compare");
+  EXPECT_EQ(compared.exit_code, 0) << compared.output;
+  EXPECT_NE(compared.output.find("dtypes ['torch.bfloat16']"), std::string::npos) << compared.output;
+  out.compared = compared.output;
+  return out;
+}
+
+// trainer.precision = "bf16-true" on the same decoder with a frozen part:
+// an eager PyTorch loop doing what kiln documents
 // (module.to(torch.bfloat16), float32 masters of the trained weights that
 // SGD with momentum steps, each weight its master rounded) gives the same
 // 20 losses and, to the bit, the same weights, which `kiln export` writes
@@ -334,74 +369,45 @@ TEST(Exported, AGptDecoderTrainsAsEagerPyTorchOnATokenStream) {
 TEST(Exported, AGptDecoderInBf16TrueWithAFrozenPartTrainsAsEagerPyTorchWithFloat32Masters) {
   KILN_REQUIRE_EXPORTED_PLUGIN();
   TempDir dir;
-  auto run_python = [&](const char* what) { return run_script(dir, "gpt.py", kGpt, {what}); };
-  const ProcessResult exported = run_python("export_frozen");
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  gpt_manifest(dir, "precision = \"bf16-true\"\n", "name = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n", "\n[checkpoint]\n");
-  const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
-  ASSERT_EQ(fit.exit_code, 0) << fit.output;
+  const Bf16GptRuns runs = bf16_gpt_runs(dir, "", "name = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n", "eager_bf16");
   // 34,688 values, 13,728 of them frozen, at 2 bytes each (float32: 0.132 MiB).
-  EXPECT_NE(fit.output.find("14 K      Non-trainable params"), std::string::npos) << fit.output;
-  EXPECT_NE(fit.output.find("0.066     Total estimated model params size (MiB)"), std::string::npos) << fit.output;
-  const ProcessResult eager = run_python("eager_bf16");
-  ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl"), want = printed(eager.output, "loss");
-  ASSERT_EQ(want.size(), 20u) << eager.output;
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
-  const ProcessResult exported_weights =
-      kiln({"export", (dir / "run" / "checkpoints" / "last.ckpt").string(), "-o", (dir / "kiln.safetensors").string()});
-  ASSERT_EQ(exported_weights.exit_code, 0) << exported_weights.output;
-  const ProcessResult compared = run_python("compare");
-  ASSERT_EQ(compared.exit_code, 0) << compared.output;
-  EXPECT_NE(compared.output.find("dtypes ['torch.bfloat16']"), std::string::npos) << compared.output;
-  const std::vector<double> diff = printed(compared.output, "max_abs_diff");
-  ASSERT_EQ(diff.size(), 1u) << compared.output;
-  EXPECT_EQ(diff[0], 0.0) << compared.output;
+  EXPECT_NE(runs.fit.find("14 K      Non-trainable params"), std::string::npos) << runs.fit;
+  EXPECT_NE(runs.fit.find("0.066     Total estimated model params size (MiB)"), std::string::npos) << runs.fit;
+  ASSERT_EQ(runs.kiln_losses.size(), runs.eager_losses.size());
+  for (size_t i = 0; i < runs.eager_losses.size(); ++i)
+    EXPECT_EQ(runs.kiln_losses[i], runs.eager_losses[i]) << "step " << i + 1;
+  const std::vector<double> diff = printed(runs.compared, "max_abs_diff");
+  ASSERT_EQ(diff.size(), 1u) << runs.compared;
+  EXPECT_EQ(diff[0], 0.0) << runs.compared;
 }
 
 // trainer.master_weights = false on the same decoder: Lightning's
 // bf16-true, the optimizer stepping the bfloat16 weights with bfloat16
 // moments. An eager loop doing that (module.to(torch.bfloat16),
 // torch.optim.Adam(fused=True) over the trained weights: each element in
-// float32, rounded once, as kiln's step) gives the same 20 losses and
-// weights.
+// float32, rounded once, as kiln's step) gives the same losses and weights,
+// within the rounding below.
 TEST(Exported, AGptDecoderInBf16TrueWithoutMasterWeightsTrainsAsEagerPyTorchsBf16Adam) {
   KILN_REQUIRE_EXPORTED_PLUGIN();
   TempDir dir;
-  auto run_python = [&](const char* what) { return run_script(dir, "gpt.py", kGpt, {what}); };
-  const ProcessResult exported = run_python("export_frozen");
-  ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  gpt_manifest(dir, "precision = \"bf16-true\"\nmaster_weights = false\n", "name = \"adam\"\nlr = 0.01\n",
-               "\n[checkpoint]\n");
-  const ProcessResult fit = kiln_fit(dir / "run.toml", {}, kTimeout);
-  ASSERT_EQ(fit.exit_code, 0) << fit.output;
-  EXPECT_NE(fit.output.find("no master weights"), std::string::npos) << fit.output;
-  const ProcessResult eager = run_python("eager_bf16_adam");
-  ASSERT_EQ(eager.exit_code, 0) << eager.output;
-  const std::vector<double> got = step_losses(dir / "run" / "metrics.jsonl"), want = printed(eager.output, "loss");
-  ASSERT_EQ(want.size(), 20u) << eager.output;
-  ASSERT_EQ(got.size(), want.size());
+  const Bf16GptRuns runs =
+      bf16_gpt_runs(dir, "master_weights = false\n", "name = \"adam\"\nlr = 0.01\n", "eager_bf16_adam");
+  EXPECT_NE(runs.fit.find("no master weights"), std::string::npos) << runs.fit;
+  ASSERT_EQ(runs.kiln_losses.size(), runs.eager_losses.size());
   // The first steps to the bit; then a float32 difference in the order of
   // the step's operations rounds a bfloat16 weight the other way now and
   // then (kiln's fused AdamW against PyTorch's: 94 of 101,232 weights after
   // 50 steps, unit.FusedAdam.*), and training amplifies it: measured, losses
   // one bfloat16 spacing apart at 4 of 20 steps (at most 0.6 %), weights
   // 0.24 % of their movement apart.
-  for (size_t i = 0; i < want.size(); ++i)
+  for (size_t i = 0; i < runs.eager_losses.size(); ++i)
     if (i < 3)
-      EXPECT_EQ(got[i], want[i]) << "step " << i + 1;
+      EXPECT_EQ(runs.kiln_losses[i], runs.eager_losses[i]) << "step " << i + 1;
     else
-      EXPECT_NEAR(got[i], want[i], 0.02 * std::abs(want[i])) << "step " << i + 1;
-  const ProcessResult exported_weights =
-      kiln({"export", (dir / "run" / "checkpoints" / "last.ckpt").string(), "-o", (dir / "kiln.safetensors").string()});
-  ASSERT_EQ(exported_weights.exit_code, 0) << exported_weights.output;
-  const ProcessResult compared = run_python("compare");
-  ASSERT_EQ(compared.exit_code, 0) << compared.output;
-  EXPECT_NE(compared.output.find("dtypes ['torch.bfloat16']"), std::string::npos) << compared.output;
-  const std::vector<double> diff = printed(compared.output, "relative_diff");
-  ASSERT_EQ(diff.size(), 1u) << compared.output;
-  EXPECT_LE(diff[0], 0.03) << compared.output;
+      EXPECT_NEAR(runs.kiln_losses[i], runs.eager_losses[i], 0.02 * std::abs(runs.eager_losses[i])) << "step " << i + 1;
+  const std::vector<double> diff = printed(runs.compared, "relative_diff");
+  ASSERT_EQ(diff.size(), 1u) << runs.compared;
+  EXPECT_LE(diff[0], 0.03) << runs.compared;
 }
 
 // torchvision's resnet18 (3 classes), exported and trained on an image
