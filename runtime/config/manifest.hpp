@@ -94,6 +94,12 @@ struct TrainerConfig {
   NonfiniteMode detect_nonfinite = NonfiniteMode::raise;
 };
 
+// bf16-true with master weights: the optimizer steps float32 copies of the
+// trained weights (otherwise the weights themselves, in their own dtype).
+inline bool steps_float32_masters(const TrainerConfig& trainer) {
+  return trainer.precision == Precision::bf16_true && trainer.master_weights;
+}
+
 // One [[optimizer.groups]] entry: the parameters its glob patterns match
 // (the first group that matches a parameter takes it), and the options it
 // sets in place of [optimizer]'s; an option it leaves out is [optimizer]'s.

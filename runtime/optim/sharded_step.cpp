@@ -23,8 +23,9 @@ ShardedStep::ShardedStep(ReplicatedStep::Parts whole, std::vector<at::Tensor> ow
       group_(group),
       masters_(masters),
       parameters_(parameters),
+      // The sums in the dtype the optimizer steps (float32 masters, or the weights).
       gradients_(whole.trainable, layout, group, free_gradients,
-                 masters || whole.trainable.empty() ? at::kFloat : whole.trainable[0].scalar_type()) {}
+                 owned_.empty() ? at::kFloat : owned_[0].scalar_type()) {}
 
 std::vector<at::Tensor> ShardedStep::owned_views(const std::vector<at::Tensor>& trainable, const ShardLayout& layout,
                                                  bool any_dtype) {

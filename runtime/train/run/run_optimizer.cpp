@@ -23,7 +23,7 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
     throw InputError("distributed.gradient_compression is for the replicated all-reduce; distributed.shard = \"" +
                      std::string(option_name(shard)) +
                      "\" reduce-scatters float32 gradients (set one of them to \"none\")");
-  const bool masters = stepping_masters();
+  const bool masters = steps_float32_masters(m_.trainer);
   // bfloat16 weights stepped without masters: Adam's one pass computes each
   // element in float32 and rounds it once (optim/fused_adam.hpp), the same
   // wherever a shard starts; LibTorch's bfloat16 ops would round a tensor's
@@ -80,12 +80,8 @@ RunOptimizer::RunOptimizer(const Manifest& manifest, TrainingState& state, const
 
 RunOptimizer::~RunOptimizer() = default;
 
-bool RunOptimizer::stepping_masters() const {
-  return m_.trainer.precision == Precision::bf16_true && m_.trainer.master_weights;
-}
-
 void RunOptimizer::weights_agreed(bool resumed) {
-  if (resumed || !stepping_masters()) return;
+  if (resumed || !steps_float32_masters(m_.trainer)) return;
   at::NoGradGuard no_grad;
   if (!shard_layout_) {
     for (size_t i = 0; i < masters_.size(); ++i) masters_[i].copy_(state_.trainable[i]);
@@ -106,7 +102,7 @@ std::unique_ptr<OptimizerStep> RunOptimizer::step(GradScaler* scaler, NonfiniteW
   if (group_ && !shard_layout_ && !grad_sync_)  // a sharded step reduce-scatters the gradients itself
     grad_sync_ = std::make_unique<GradSync>(*group_, state_.trainable, state_.trainable_names,
                                             m_.distributed.gradient_compression);
-  const bool masters = stepping_masters();
+  const bool masters = steps_float32_masters(m_.trainer);
   // A replicated step's optimizer steps the whole masters; a sharded one's
   // its own (owned_), the model's parameters filled by the gather.
   const bool whole_masters = masters && !shard_layout_;

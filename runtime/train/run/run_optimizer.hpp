@@ -59,11 +59,6 @@ class RunOptimizer {
   const std::vector<at::Tensor>& stepped_weights() const;
 
  private:
-  // bf16-true with trainer.master_weights: the optimizer steps float32
-  // copies; otherwise the weights themselves (float32, or bfloat16 with
-  // bfloat16 state, Lightning's bf16-true).
-  bool stepping_masters() const;
-
   const Manifest& m_;
   TrainingState& state_;
   ProcessGroup* group_;

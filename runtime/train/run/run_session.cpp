@@ -156,7 +156,7 @@ class Run {
     at::set_num_threads(threads);
     if (m_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
     make_current(device_);  // before NCCL and any plugin allocate on "the" GPU
-    const bool without_masters = m_.trainer.precision == Precision::bf16_true && !m_.trainer.master_weights;
+    const bool without_masters = m_.trainer.precision == Precision::bf16_true && !steps_float32_masters(m_.trainer);
     spdlog::info("kiln {} {}: device {}, precision {}{}, {} intra-op threads, BLAS {}, run dir {}", KILN_VERSION,
                  command_name(command_), device_.str(), option_name(m_.trainer.precision),
                  without_masters ? " (no master weights: the optimizer steps the bfloat16 weights)" : "",
